@@ -1,0 +1,1 @@
+"""Course tooling: notebook/solution sync, nbgrader release and grading, the student lab."""

@@ -1,0 +1,101 @@
+"""``python -m grader``: the course's command line for instructors (and the student lab)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grader.lessons import CourseError, lesson_names, load_lesson
+
+USAGE = """\
+python -m grader sync [--check] [LESSON ...]      notebooks <- solutions/, grader/cases/, data/
+python -m grader release [LESSON ...]             student versions -> <course-dir>/release/LESSON/
+python -m grader autograde LESSON SUBMISSIONS     grade <student_id>/<notebook>.ipynb (folder, zip)
+python -m grader feedback LESSON                  HTML feedback per student
+python -m grader export [--csv FILE]              one row per student and lesson
+python -m grader lab [--smoke]                    the student workspace in JupyterLab
+(every command takes --course-dir DIR; default: .course/ in the repository)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--course-dir", metavar="DIR",
+                        help="where grader state lives (default: .course/ in the repository)")
+    parser = argparse.ArgumentParser(prog="python -m grader", usage=USAGE, parents=[common])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sync = commands.add_parser("sync", parents=[common], help="regenerate the lesson notebooks")
+    sync.add_argument("lessons", nargs="*", metavar="LESSON")
+    sync.add_argument("--check", action="store_true", help="only report what is out of step")
+
+    release = commands.add_parser("release", parents=[common], help="write student versions")
+    release.add_argument("lessons", nargs="*", metavar="LESSON")
+
+    autograde = commands.add_parser("autograde", parents=[common], help="grade submissions")
+    autograde.add_argument("lesson", metavar="LESSON")
+    autograde.add_argument("submissions", metavar="SUBMISSIONS", type=Path)
+    autograde.add_argument("--jobs", type=int, default=1, metavar="N",
+                           help="submissions graded at once (currently 1 at a time)")
+
+    feedback = commands.add_parser("feedback", parents=[common], help="HTML feedback pages")
+    feedback.add_argument("lesson", metavar="LESSON")
+
+    export = commands.add_parser("export", parents=[common], help="grades as CSV")
+    export.add_argument("--csv", type=Path, metavar="FILE",
+                        help="where to write (default: <course-dir>/grades.csv)")
+
+    lab = commands.add_parser("lab", parents=[common], help="open the course in JupyterLab")
+    lab.add_argument("--workspace", type=Path, metavar="DIR",
+                     help="where your copies of the lessons live (default: workspace/)")
+    lab.add_argument("--smoke", action="store_true",
+                     help="headless check: start the server, list the lessons, validate one, stop")
+    lab.add_argument("--port", type=int, default=0, help="port (default: any free one)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        print(USAGE, end="")
+        return 2
+    try:
+        return run(args)
+    except CourseError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "sync":
+        from grader.sync import sync
+
+        return sync(lesson_names(args.lessons), check_only=args.check)
+
+    from grader.course import open_course
+
+    course = open_course(args.course_dir)
+    if args.command == "release":
+        for lesson in lesson_names(args.lessons):
+            course.release(lesson)
+        return 0
+    if args.command == "autograde":
+        if args.jobs < 1:
+            raise CourseError("--jobs must be at least 1")
+        statuses = course.autograde(load_lesson(args.lesson), args.submissions)
+        counts = {s: sum(v["status"] == s for v in statuses.values())
+                  for s in ("graded", "needs_review", "invalid")}
+        print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(statuses)}")
+        return 0
+    if args.command == "feedback":
+        course.feedback(load_lesson(args.lesson))
+        return 0
+    if args.command == "export":
+        course.export(args.csv or course.root / "grades.csv")
+        return 0
+    if args.command == "lab":
+        from grader.lab import lab
+
+        return lab(course, args.workspace, smoke=args.smoke, port=args.port)
+    raise AssertionError(args.command)

@@ -1,0 +1,150 @@
+"""The student's way in: their own copies of the lessons, opened in JupyterLab.
+
+``workspace/LESSON/`` holds the student version of each lesson. A lesson is copied there once;
+after that the student's edits are never overwritten. ``--smoke`` starts the same server
+headless, checks that it lists every lesson, that nbgrader's Validate extension is loaded and
+answers, and stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from grader.course import Course
+from grader.lessons import REPO, CourseError, Lesson, all_lessons
+
+DEFAULT_WORKSPACE = REPO / "workspace"
+START_TIMEOUT_SECONDS = 90
+# Students get nbgrader's Validate button and nothing of its instructor side (formgrader,
+# course and assignment lists need an exchange folder the course does not use).
+HIDDEN_LAB_PLUGINS = ["@jupyter/nbgrader:menu", "@jupyter/nbgrader:course-list",
+                      "@jupyter/nbgrader:assignment-list"]
+DISABLED_SERVER_EXTENSIONS = ["nbgrader.server_extensions.formgrader",
+                              "nbgrader.server_extensions.course_list",
+                              "nbgrader.server_extensions.assignment_list"]
+
+
+def prepare_workspace(course: Course, workspace: Path, lessons: list[Lesson]) -> None:
+    """Release what changed, then copy each lesson's student files the student does not have."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    for lesson in lessons:
+        released = course.root / "release" / lesson.name / lesson.notebook.name
+        if not released.exists() or released.stat().st_mtime < lesson.notebook.stat().st_mtime:
+            course.release(lesson)
+        mine = workspace / lesson.name
+        for file in sorted((course.root / "release" / lesson.name).rglob("*")):
+            target = mine / file.relative_to(course.root / "release" / lesson.name)
+            if file.is_dir() or target.exists():
+                if file.is_file() and file.read_bytes() != target.read_bytes():
+                    course.log(f"kept your {target.relative_to(workspace)}; the course's newer "
+                               f"version is in {file}")
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, target)
+            course.log(f"new: {target.relative_to(workspace)}")
+
+
+def lab_command(workspace: Path, *options: str) -> list[str]:
+    command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={workspace}", *options]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root
+        command.append("--allow-root")
+    return command
+
+
+def lab_environment(course: Course) -> dict[str, str]:
+    """The environment for the lab server: our config folder first on JUPYTER_CONFIG_PATH."""
+    config = course.root / "lab-config"
+    (config / "labconfig").mkdir(parents=True, exist_ok=True)
+    (config / "labconfig" / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": dict.fromkeys(HIDDEN_LAB_PLUGINS, True)}, indent=1))
+    (config / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"jpserver_extensions": dict.fromkeys(DISABLED_SERVER_EXTENSIONS, False)}},
+        indent=1))
+    env = dict(os.environ)
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
+        p for p in (str(config), env.get("JUPYTER_CONFIG_PATH", "")) if p)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _request(url: str, token: str, data: dict | None = None) -> bytes:
+    body = urllib.parse.urlencode(data).encode() if data is not None else None
+    request = urllib.request.Request(url, data=body, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return response.read()
+
+
+def smoke_test(workspace: Path, lessons: list[Lesson], port: int, env: dict[str, str]) -> int:
+    """Start JupyterLab headless on loopback, check it serves the course, stop it."""
+    port = port or _free_port()
+    token = secrets.token_hex(16)
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        lab_command(workspace, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+                    f"--IdentityProvider.token={token}"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while True:
+            try:
+                json.loads(_request(f"{base}/api/status", token))
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise CourseError("JupyterLab did not start:\n"
+                                      + (server.stdout.read() if server.poll() is not None
+                                         else "no answer within the time limit")) from None
+                time.sleep(0.5)
+        listed = {item["name"] for item in json.loads(_request(f"{base}/api/contents", token))
+                  ["content"]}
+        missing = [lesson.name for lesson in lessons if lesson.name not in listed]
+        if missing:
+            raise CourseError(f"JupyterLab does not list {', '.join(missing)}")
+        print(f"lab server answered on {base}; lessons listed: {', '.join(sorted(listed))}")
+        page = _request(f"{base}/lab", token).decode()
+        if '"name": "@jupyter/nbgrader"' not in page or "nbgrader:validate-assignment" in page:
+            raise CourseError("the nbgrader lab extension (Validate button) is not loaded")
+        first = lessons[0]
+        path = f"{first.name}/{first.notebook.name}"
+        answer = json.loads(_request(f"{base}/assignments/validate", token, {"path": path}))
+        if not answer.get("success"):
+            raise CourseError(f"nbgrader's Validate did not run on {path}: {answer}")
+        print(f"nbgrader extension loaded; Validate ran on {path}")
+        return 0
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int = 0) -> int:
+    workspace = (workspace or DEFAULT_WORKSPACE).resolve()
+    lessons = all_lessons()
+    prepare_workspace(course, workspace, lessons)
+    env = lab_environment(course)
+    if smoke:
+        return smoke_test(workspace, lessons, port, env)
+    print(f"opening JupyterLab in {workspace} (Ctrl-C twice to stop)")
+    command = lab_command(workspace, *([f"--port={port}"] if port else []))
+    os.execve(sys.executable, command, env)
+    return 0  # not reached

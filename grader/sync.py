@@ -1,0 +1,246 @@
+"""Keep each lesson notebook in step with the code it is generated from.
+
+One source of truth per piece:
+- a graded function's code lives in ``solutions/<module>.py``; its notebook cell (grade id =
+  function name) is that code with the body between ``### BEGIN SOLUTION`` and
+  ``### END SOLUTION``, so nbgrader can strip it for the student version;
+- the ``check`` helper lives in ``grader/notebook_checks.py``; the notebook's ``checks`` cell is a
+  copy;
+- hidden checks are call expressions in ``grader/cases/<module>.py``; the hidden region of each
+  test cell holds them with the reference's results written out as literals;
+- data files live in ``data/``; a lesson folder holds copies of the ones it names.
+
+``python -m grader sync`` rewrites all of these (and strips outputs); ``--check`` only reports
+what differs, and the test suite fails on any difference.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import math
+from collections.abc import Callable
+from types import ModuleType
+
+import nbformat
+import torch
+
+from grader.cases import Case, as_case
+from grader.lessons import CHECKS_SOURCE, DATA, CourseError, Lesson
+from grader.notebook_checks import _difference
+
+BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
+BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+MAX_LITERAL_ELEMENTS = 64  # larger tensors need an oracle expression (Case.expected)
+
+
+# ------------------------------------------------------------------ solution cells
+
+
+def _body_region(node: ast.FunctionDef, lines: list[str]) -> tuple[int, int, str]:
+    """First and last line (0-based, inclusive) of a function's body after its docstring,
+    and the body's indentation."""
+    body = node.body
+    has_docstring = (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                     and isinstance(body[0].value.value, str))
+    if has_docstring and len(body) == 1:
+        raise CourseError(f"{node.name} has only a docstring: nothing to hide")
+    start = body[0].end_lineno if has_docstring else _header_end(node, lines)
+    first = body[1] if has_docstring else body[0]
+    indent = lines[first.lineno - 1][: first.col_offset]
+    return start, node.end_lineno - 1, indent
+
+
+def _header_end(node: ast.FunctionDef, lines: list[str]) -> int:
+    """0-based index of the line after the one holding the ``def ...:`` colon."""
+    line = node.body[0].lineno - 1
+    while line > node.lineno - 1 and not lines[line - 1].rstrip().endswith(":"):
+        line -= 1
+    return line
+
+
+def _definition_source(node: ast.stmt, lines: list[str]) -> str:
+    """A top-level definition's source with every function body marked as a solution."""
+    regions = []
+    if isinstance(node, ast.FunctionDef):
+        regions.append(_body_region(node, lines))
+    elif isinstance(node, ast.ClassDef):
+        regions += [_body_region(item, lines) for item in node.body
+                    if isinstance(item, ast.FunctionDef)]
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1
+    out: list[str] = []
+    line = first
+    for start, end, indent in regions:
+        out += lines[line:start]
+        out += [indent + BEGIN_SOLUTION, *lines[start : end + 1], indent + END_SOLUTION]
+        line = end + 1
+    out += lines[line : node.end_lineno]
+    return "\n".join(out)
+
+
+def solution_cell_source(module: ModuleType, names: list[str]) -> str:
+    """Cell source defining ``names`` (functions, classes, constants) as in ``module``."""
+    source = inspect.getsource(module)
+    lines = source.splitlines()
+    by_name: dict[str, ast.stmt] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            by_name[node.name] = node
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            if isinstance(node.targets[0], ast.Name):
+                by_name[node.targets[0].id] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            by_name[node.target.id] = node
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise CourseError(f"{module.__name__} defines no {', '.join(missing)}")
+    parts = []
+    for name in names:
+        node = by_name[name]
+        text = _definition_source(node, lines)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and parts and parts[-1][0] == "constant":
+            parts[-1] = ("constant", parts[-1][1] + "\n" + text)  # keep constants together
+        else:
+            parts.append(("constant" if isinstance(node, (ast.Assign, ast.AnnAssign)) else "def",
+                          text))
+    return "\n\n\n".join(text for _, text in parts)
+
+
+# ------------------------------------------------------------------ hidden checks
+
+
+def render_literal(value: object) -> str:
+    """Python source that evaluates (with math and torch imported) to exactly ``value``."""
+    if type(value) is float:
+        if math.isnan(value):
+            return "math.nan"
+        if math.isinf(value):
+            return "math.inf" if value > 0 else "-math.inf"
+        return repr(value)
+    if type(value) in (int, bool, str, type(None)):
+        return repr(value)
+    if type(value) is tuple:
+        items = [render_literal(v) for v in value]
+        return f"({items[0]},)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+    if type(value) is list:
+        return "[" + ", ".join(render_literal(v) for v in value) + "]"
+    if type(value) is dict:
+        return "{" + ", ".join(f"{render_literal(k)}: {render_literal(v)}"
+                               for k, v in value.items()) + "}"
+    if type(value) is torch.Tensor:
+        if value.numel() > MAX_LITERAL_ELEMENTS:
+            raise CourseError(
+                f"a tensor of {value.numel()} elements is too large to write out; "
+                "give the case an oracle expression (Case.expected)"
+            )
+        flat = value.detach().cpu().reshape(-1)
+        if flat.is_floating_point():
+            flat = flat.to(torch.float64)
+        items = ", ".join(render_literal(v) for v in flat.tolist())
+        return (f"torch.tensor([{items}], dtype={value.dtype}).reshape"
+                f"({', '.join(str(s) for s in value.shape)}{',' if value.dim() == 1 else ''})")
+    raise CourseError(f"cannot write a {type(value).__name__} as an expected value")
+
+
+def hidden_check_lines(module: ModuleType, cases: list[Case | str]) -> list[str]:
+    """``check(...)`` lines for ``cases``, with expected values from the reference ``module``."""
+    namespace = {**vars(module), "math": math, "torch": torch}
+    out = []
+    for case in map(as_case, cases):
+        try:
+            value = eval(case.expression, dict(namespace))
+        except Exception as error:
+            raise CourseError(f"hidden case {case.expression!r} fails on the reference code: "
+                              f"{type(error).__name__}: {error}") from error
+        literal = case.expected if case.expected is not None else render_literal(value)
+        expected = eval(literal, dict(namespace))
+        problem = _difference(value, expected, case.rel_tol, case.abs_tol)
+        if problem is not None:
+            raise CourseError(f"hidden case {case.expression!r}: reference and expected value "
+                              f"disagree: {problem}")
+        tolerance = "".join(f", {k}={v!r}" for k, v in
+                            (("rel_tol", case.rel_tol), ("abs_tol", case.abs_tol)) if v)
+        out.append(f"check({case.expression!r}, {literal}{tolerance})")
+    return out
+
+
+def _replace_region(source: str, begin: str, end: str, body: list[str], where: str) -> str:
+    lines = source.splitlines()
+    try:
+        start, stop = lines.index(begin), lines.index(end)
+    except ValueError:
+        raise CourseError(f"{where}: needs a line {begin!r} and a line {end!r}") from None
+    return "\n".join([*lines[: start + 1], *body, *lines[stop:]])
+
+
+# ------------------------------------------------------------------ whole notebooks
+
+
+def expected_notebook(lesson: Lesson) -> nbformat.NotebookNode:
+    """The lesson notebook as it must be: generated parts regenerated, outputs stripped."""
+    nb = nbformat.read(lesson.notebook, as_version=4)
+    module = importlib.import_module(lesson.module)
+    cases: dict[str, list[Case | str]] = importlib.import_module(lesson.cases).CASES
+    checks_source = CHECKS_SOURCE.read_text().rstrip("\n")
+    graded: list[str] = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+            cell.metadata.pop("execution", None)
+        meta = cell.metadata.get("nbgrader", {})
+        grade_id = meta.get("grade_id", "")
+        if grade_id == "checks":
+            cell.source = checks_source
+        elif meta.get("solution") and cell.cell_type == "code":
+            names = cell.metadata.get("course", {}).get("defines", [grade_id])
+            cell.source = solution_cell_source(module, names)
+            graded.append(grade_id)
+        elif meta.get("grade") and grade_id.startswith("test-"):
+            name = grade_id.removeprefix("test-")
+            if not cases.get(name):
+                raise CourseError(f"{lesson.cases} has no hidden cases for {name!r}")
+            where = f"{lesson.notebook.name}, cell {grade_id}"
+            lines = hidden_check_lines(module, cases[name])
+            cell.source = _replace_region(cell.source, BEGIN_HIDDEN, END_HIDDEN, lines, where)
+    untested = sorted(set(graded) - {c.metadata.nbgrader.get("grade_id", "").removeprefix("test-")
+                                     for c in nb.cells if "nbgrader" in c.metadata})
+    if untested:
+        raise CourseError(f"{lesson.notebook.name}: no test cell for {', '.join(untested)}")
+    return nb
+
+
+def sync_lesson(lesson: Lesson, write: bool, log: Callable[[str], None] = print) -> list[str]:
+    """Bring one lesson in step (``write``) or list what is out of step (not ``write``)."""
+    drift = []
+    want = nbformat.writes(expected_notebook(lesson)) + "\n"
+    have = lesson.notebook.read_text()
+    if want != have:
+        drift.append(f"{lesson.notebook.relative_to(lesson.folder.parent.parent)} differs from "
+                     "what solutions/, grader/cases/ and grader/notebook_checks.py generate")
+        if write:
+            lesson.notebook.write_text(want)
+            log(f"updated {lesson.notebook.name}")
+    for name in lesson.data_files:
+        source, copy = DATA / name, lesson.folder / name
+        if not copy.exists() or copy.read_bytes() != source.read_bytes():
+            drift.append(f"{copy} is not a copy of data/{name}")
+            if write:
+                copy.write_bytes(source.read_bytes())
+                log(f"copied data/{name} into {lesson.name}/")
+    return drift
+
+
+def sync(lessons: list[Lesson], check_only: bool, log: Callable[[str], None] = print) -> int:
+    """Sync every lesson; with ``check_only``, exit status 1 when anything is out of step."""
+    drift = [d for lesson in lessons for d in sync_lesson(lesson, not check_only, log)]
+    if check_only:
+        for line in drift:
+            log(f"out of step: {line}")
+        if drift:
+            log("run `python -m grader sync` to regenerate, then review and commit the result")
+        return 1 if drift else 0
+    written = f", {len(drift)} change(s) written" if drift else ""
+    log(f"{len(lessons)} lesson(s) in step{written}")
+    return 0
+

@@ -1,0 +1,49 @@
+"""Building submissions and running the grader's command line, for the end-to-end tests."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def grader(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m grader ARGS`` as an instructor would, from the repository root."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    done = subprocess.run([sys.executable, "-m", "grader", *map(str, args)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1200)
+    if check and done.returncode != 0:
+        raise AssertionError(f"grader {args} exited {done.returncode}:\n"
+                             f"{done.stdout}\n{done.stderr}")
+    return done
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def cell(nb: nbformat.NotebookNode, grade_id: str) -> nbformat.NotebookNode:
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def points(nb: nbformat.NotebookNode) -> dict[str, float]:
+    """Points of each test cell, by the name of the function it grades."""
+    graded = [c.metadata.nbgrader for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    return {meta["grade_id"].removeprefix("test-"): float(meta["points"]) for meta in graded}
+
+
+def submit(folder: Path, student_id: str, nb: nbformat.NotebookNode, name: str) -> None:
+    (folder / student_id).mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / student_id / name)
+
+
+def read_export(path: Path) -> dict[tuple[str, str], dict[str, str]]:
+    with path.open(newline="") as handle:
+        return {(row["student_id"], row["lesson"]): row for row in csv.DictReader(handle)}

@@ -1,0 +1,126 @@
+"""The check helper students meet, and the pieces `grader sync` generates notebooks from."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grader import notebook_checks
+from grader.cases import Case
+from grader.lessons import CourseError
+from grader.notebook_checks import _difference, check
+from grader.sync import (
+    BEGIN_SOLUTION,
+    END_SOLUTION,
+    hidden_check_lines,
+    render_literal,
+    solution_cell_source,
+)
+from solutions import floats
+
+
+class AlwaysEqual(float):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = float.__hash__
+
+
+def same(got: object, expected: object, **tolerances: float) -> bool:
+    return _difference(got, expected, tolerances.get("rel_tol", 0.0),
+                       tolerances.get("abs_tol", 0.0)) is None
+
+
+def test_types_are_compared_before_values() -> None:
+    assert not same(AlwaysEqual(1.0), 1.0)  # a float subclass with a forged __eq__
+    assert not same(1, 1.0) and not same(1.0, 1) and not same(True, 1)
+    assert not same((1, 2), [1, 2]) and not same(torch.tensor(1.0).item, 1.0)
+    assert not same(torch.tensor([1.0]), torch.tensor([1.0], dtype=torch.float64))
+    assert not same(torch.tensor([1.0]), torch.tensor([[1.0]]))
+    assert not same(torch.nn.Parameter(torch.ones(2)), torch.ones(2))
+
+
+def test_floats_are_exact_with_nan_equal_and_signed_zeros() -> None:
+    assert same(math.nan, math.nan) and same(-0.0, -0.0) and same(math.inf, math.inf)
+    assert not same(0.0, -0.0) and not same(1.0, 1.0 + 2**-52) and not same(math.nan, 1.0)
+    assert same(1.0, 1.0 + 1e-12, rel_tol=1e-9) and not same(1.0, 1.1, rel_tol=1e-9)
+
+
+def test_tensors_compare_values_nan_aware_and_report_the_first_difference() -> None:
+    nan = math.nan
+    assert same(torch.tensor([1.0, nan, -0.0, math.inf]), torch.tensor([1.0, nan, -0.0, math.inf]))
+    problem = _difference(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.5, 3.0]), 0, 0)
+    assert problem == "1 of 3 values differ; at index (1,) expected 2.5, got 2.0"
+    assert same(torch.tensor([1.0, math.inf]), torch.tensor([1.0 + 1e-7, math.inf]), rel_tol=1e-6)
+
+
+def test_check_reports_expected_and_got_in_one_line() -> None:
+    decode = floats.decode  # noqa: F841  # check() evaluates in this function's globals
+    namespace = {"decode": floats.decode, "FP16": floats.FP16, "check": check}
+    exec("check('decode(0x3C00, FP16)', 1.0)", namespace)
+    with pytest.raises(AssertionError, match=r"^decode\(0x3C00, FP16\): expected 2\.0, got 1\.0$"):
+        exec("check('decode(0x3C00, FP16)', 2.0)", namespace)
+    namespace["todo"] = lambda: (_ for _ in ()).throw(NotImplementedError())
+    with pytest.raises(AssertionError, match=r"^todo\(\): not implemented yet$"):
+        exec("check('todo()', 1)", namespace)
+    with pytest.raises(AssertionError, match=r"raised ZeroDivisionError"):
+        exec("check('1 / 0', 1.0)", namespace)
+
+
+scalars = st.one_of(
+    st.floats(allow_nan=True), st.integers(), st.booleans(), st.none(), st.text(max_size=5))
+values = st.recursive(
+    scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                     st.lists(inner, max_size=3).map(tuple)), max_leaves=8)
+
+
+@given(values)
+def test_render_literal_round_trips_exactly(value: object) -> None:
+    rebuilt = eval(render_literal(value), {"math": math, "torch": torch})
+    assert same(rebuilt, value)
+
+
+@given(st.lists(st.floats(width=32), min_size=1, max_size=8),
+       st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]))
+def test_render_literal_round_trips_small_tensors(items: list[float], dtype: torch.dtype) -> None:
+    tensor = torch.tensor(items).to(dtype).reshape(-1, 1)
+    assert same(eval(render_literal(tensor), {"math": math, "torch": torch}), tensor)
+
+
+def test_large_tensors_need_an_oracle_expression() -> None:
+    with pytest.raises(CourseError, match="oracle expression"):
+        render_literal(torch.zeros(65))
+
+
+def test_hidden_checks_carry_reference_values_and_reject_a_wrong_oracle() -> None:
+    lines = hidden_check_lines(floats, ["decode(0x7C00, FP16)", "split_bits(0xC000, FP16)"])
+    assert lines == ["check('decode(0x7C00, FP16)', math.inf)",
+                     "check('split_bits(0xC000, FP16)', (1, 16, 0))"]
+    with pytest.raises(CourseError, match="disagree"):
+        hidden_check_lines(floats, [Case("decode_tensor(torch.arange(4), FP16)",
+                                         expected="torch.zeros(4)")])
+
+
+def test_solution_cells_wrap_each_function_body_after_its_docstring() -> None:
+    source = solution_cell_source(floats, ["FloatFormat", "FP16", "BF16", "machine_epsilon"])
+    lines = source.splitlines()
+    assert lines[0] == "@dataclass(frozen=True)"
+    assert source.count(BEGIN_SOLUTION) == 3 and source.count(END_SOLUTION) == 3  # 2 props + fn
+    begin = lines.index("        " + BEGIN_SOLUTION)  # the bias property
+    assert lines[begin - 1].strip().endswith('"""') and "return 2 **" in lines[begin + 1]
+    assert 'FP16 = FloatFormat("fp16"' in source and "\nBF16 = " in source  # constants together
+    namespace: dict = {}
+    exec("from dataclasses import dataclass\nimport math\n" + source, namespace)
+    assert namespace["machine_epsilon"](namespace["BF16"]) == 2.0**-7
+
+
+def test_the_notebook_check_cell_is_a_module_of_its_own() -> None:
+    # The notebook's `checks` cell is this file verbatim, so it may import only what a
+    # student's environment has, and must not import anything from this repository.
+    text = Path(notebook_checks.__file__).read_text()
+    assert "solutions" not in text and "grader" not in text

@@ -1,0 +1,45 @@
+"""The two ways to install the course declare the same dependencies."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import tomllib
+
+REPO = Path(__file__).resolve().parent.parent
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name
+
+
+def split_requirement(text: str) -> tuple[str, str]:
+    name, spec = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", text).groups()
+    return name.lower().replace("-", "_"), spec.replace(" ", "")
+
+
+def pyproject_requirements() -> dict[str, str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    listed = project["dependencies"] + project["optional-dependencies"]["dev"]
+    return dict(split_requirement(r) for r in listed)
+
+
+def conda_requirements() -> dict[str, str]:
+    lines = (REPO / "environment.yml").read_text().split("dependencies:", 1)[1].splitlines()
+    entries = [line.strip()[2:] for line in lines if line.strip().startswith("- ")]
+    pairs = (split_requirement(e) for e in entries)
+    return {CONDA_NAMES.get(n, n): s for n, s in pairs if n not in ("python", "pip")}
+
+
+def test_environment_yml_and_pyproject_declare_the_same_dependencies() -> None:
+    assert conda_requirements() == pyproject_requirements()
+
+
+def test_python_versions_agree() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    conda = (REPO / "environment.yml").read_text()
+    assert f"python{project['requires-python']}" in conda.replace(" ", "")
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "make test" in readme and "make lab" in readme
+    assert "make test" in (REPO / ".ci" / "run").read_text()

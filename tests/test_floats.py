@@ -1,0 +1,284 @@
+"""Lesson 01 reference code against torch's and ml_dtypes' own float formats."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from solutions.floats import (
+    BF16,
+    FP8_E4M3,
+    FP8_E5M2,
+    FP16,
+    FP32,
+    FloatFormat,
+    decode,
+    decode_tensor,
+    encode,
+    machine_epsilon,
+    max_finite,
+    smallest_normal,
+    smallest_subnormal,
+    split_bits,
+    tensor_bytes,
+)
+
+TORCH_DTYPE = {
+    FP32: torch.float32,
+    FP16: torch.float16,
+    BF16: torch.bfloat16,
+    FP8_E4M3: torch.float8_e4m3fn,
+    FP8_E5M2: torch.float8_e5m2,
+}
+NUMPY_DTYPE = {
+    FP16: np.float16,
+    BF16: ml_dtypes.bfloat16,
+    FP8_E4M3: ml_dtypes.float8_e4m3fn,
+    FP8_E5M2: ml_dtypes.float8_e5m2,
+}
+CODE_DTYPE = {8: torch.uint8, 16: torch.int16, 32: torch.int32}
+SMALL_FORMATS = [FP16, BF16, FP8_E4M3, FP8_E5M2]
+
+
+def torch_decode_all(fmt: FloatFormat) -> torch.Tensor:
+    """Every code of a <= 16-bit format, decoded by torch's own view-cast, as float64."""
+    codes = torch.arange(2**fmt.total_bits, dtype=torch.int64)
+    as_ints = codes.to(torch.int32).to(CODE_DTYPE[fmt.total_bits])  # wraps to the signed view
+    return as_ints.view(TORCH_DTYPE[fmt]).to(torch.float64)
+
+
+def same_float(a: float, b: float) -> bool:
+    """Equal as IEEE values: nan matches nan, and -0.0 does not match +0.0."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+def assert_same_tensor(got: torch.Tensor, want: torch.Tensor) -> None:
+    got, want = got.to(torch.float64), want.to(torch.float64)
+    assert torch.equal(got.isnan(), want.isnan())
+    finite = ~want.isnan()
+    assert torch.equal(got[finite], want[finite])
+    assert torch.equal(got[finite].signbit(), want[finite].signbit())
+
+
+@pytest.mark.parametrize("fmt", SMALL_FORMATS, ids=lambda f: f.name)
+def test_decode_matches_torch_and_ml_dtypes_for_every_code(fmt: FloatFormat) -> None:
+    from_torch = torch_decode_all(fmt).tolist()
+    n_bits = fmt.total_bits
+    codes = np.arange(2**n_bits, dtype=np.uint32).astype(np.uint8 if n_bits == 8 else np.uint16)
+    with np.errstate(invalid="ignore"):  # nan codes convert to nan, as intended
+        from_numpy = codes.view(NUMPY_DTYPE[fmt]).astype(np.float64).tolist()
+    for code in range(2**n_bits):
+        got = decode(code, fmt)
+        assert type(got) is float
+        assert same_float(got, from_torch[code]), (fmt.name, hex(code), got, from_torch[code])
+        assert same_float(got, from_numpy[code]), (fmt.name, hex(code), got, from_numpy[code])
+
+
+@pytest.mark.parametrize("fmt", SMALL_FORMATS, ids=lambda f: f.name)
+def test_decode_tensor_matches_torch_for_every_code_unsigned_and_signed(fmt: FloatFormat) -> None:
+    codes = torch.arange(2**fmt.total_bits)
+    want = torch_decode_all(fmt)
+    got = decode_tensor(codes, fmt)
+    assert got.dtype == torch.float32 and got.shape == codes.shape
+    assert_same_tensor(got, want)
+    signed = codes.to(torch.int32).to(CODE_DTYPE[fmt.total_bits])
+    assert_same_tensor(decode_tensor(signed, fmt), want)
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64))
+def test_decode_and_decode_tensor_match_torch_for_fp32_codes(codes: list[int]) -> None:
+    as_tensor = torch.tensor(codes, dtype=torch.int64)
+    want = as_tensor.to(torch.int32).view(torch.float32)  # int64 -> int32 wraps modulo 2**32
+    assert_same_tensor(decode_tensor(as_tensor, FP32), want)
+    assert_same_tensor(torch.tensor([decode(c, FP32) for c in codes]), want)
+
+
+def test_decode_tensor_keeps_shape() -> None:
+    codes = torch.tensor([[0x3C00, 0xBC00], [0x7C00, 0x0001]])
+    got = decode_tensor(codes, FP16)
+    assert got.shape == (2, 2)
+    assert got[0].tolist() == [1.0, -1.0] and got[1, 0] == math.inf and got[1, 1] == 2.0**-24
+
+
+@pytest.mark.parametrize("fmt", [FP32, *SMALL_FORMATS], ids=lambda f: f.name)
+def test_range_constants_equal_torch_finfo(fmt: FloatFormat) -> None:
+    info = torch.finfo(TORCH_DTYPE[fmt])
+    assert max_finite(fmt) == info.max
+    assert smallest_normal(fmt) == info.smallest_normal
+    assert machine_epsilon(fmt) == info.eps
+    # torch.finfo has no smallest_subnormal: it is the value of code 1.
+    smallest = torch.tensor([1], dtype=torch.int32).to(CODE_DTYPE[fmt.total_bits])
+    assert smallest_subnormal(fmt) == smallest.view(TORCH_DTYPE[fmt]).item()
+
+
+def test_range_constants_match_the_published_values() -> None:
+    assert (max_finite(FP8_E4M3), max_finite(FP8_E5M2), max_finite(FP16)) == (448, 57344, 65504)
+    assert smallest_subnormal(FP16) == 2.0**-24 and smallest_subnormal(FP32) == 2.0**-149
+
+
+def test_format_properties() -> None:
+    assert [f.total_bits for f in (FP32, FP16, BF16, FP8_E4M3, FP8_E5M2)] == [32, 16, 16, 8, 8]
+    assert [f.bias for f in (FP32, FP16, BF16, FP8_E4M3, FP8_E5M2)] == [127, 15, 127, 7, 15]
+    with pytest.raises(AttributeError):
+        FP16.mantissa_bits = 3  # type: ignore[misc]  # frozen
+
+
+def test_split_bits_fields() -> None:
+    assert split_bits(0xC000, FP16) == (1, 16, 0)  # -2.0
+    assert split_bits(0x3F80, BF16) == (0, 127, 0)  # 1.0
+    assert split_bits(0x7F, FP8_E4M3) == (0, 15, 7)  # nan
+    assert split_bits(0x80000001, FP32) == (1, 0, 1)
+
+
+@pytest.mark.parametrize("bad", [-1, 2**16, 1 << 40])
+def test_split_bits_rejects_patterns_that_do_not_fit(bad: int) -> None:
+    with pytest.raises(ValueError, match=r"16-bit pattern of fp16.*\[0, 65535\]"):
+        split_bits(bad, FP16)
+    with pytest.raises(TypeError):
+        split_bits(1.5, FP16)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- encode against torch casts
+
+
+def edge_values(fmt: FloatFormat) -> list[float]:
+    """Values where rounding is hardest: every representable value, the midpoints between
+    neighbours (ties), points just off the midpoints, and the overflow threshold region.
+    All are float32-representable, so torch's float32 -> fmt cast rounds them once."""
+    if fmt.total_bits == 8:
+        codes = range(2**7)
+    else:  # a sample of codes spread over every binade, plus both ends
+        codes = sorted({*range(0, 2**15, 97), *range(0, 64), *range(2**15 - 2048, 2**15)})
+    values = [decode(c, fmt) for c in codes]
+    finite = sorted({v for v in values if math.isfinite(v)})
+    out = list(finite)
+    for lo, hi in itertools.pairwise(finite):
+        mid = (lo + hi) / 2
+        out += [mid, float(np.nextafter(np.float32(mid), np.float32(np.inf))),
+                float(np.nextafter(np.float32(mid), np.float32(0)))]
+    top = max_finite(fmt)
+    gap = top - finite[-2]
+    out += [top + gap / 2, top + gap / 4, top + gap, top * 2, 1e30, 3.0e38]
+    tiny = smallest_subnormal(fmt)
+    out += [tiny / 2, tiny / 4, tiny * 0.75]
+    out += [0.0, math.inf, math.nan]
+    with np.errstate(over="ignore"):  # values beyond float32's range become inf, as intended
+        as_f32 = np.array(out, dtype=np.float32)
+    values32 = as_f32.astype(np.float64).tolist()
+    return values32 + [-v for v in values32]
+
+
+def torch_encode(values: list[float], fmt: FloatFormat) -> list[int]:
+    cast = torch.tensor(values, dtype=torch.float32).to(TORCH_DTYPE[fmt])
+    codes = cast.view(CODE_DTYPE[fmt.total_bits]).to(torch.int64) & (2**fmt.total_bits - 1)
+    return codes.tolist()
+
+
+def ml_dtypes_encode(values: list[float], fmt: FloatFormat) -> list[int]:
+    with np.errstate(over="ignore"):  # overflow to inf/nan is what is being tested
+        cast = np.array(values, dtype=np.float32).astype(NUMPY_DTYPE[fmt])
+    return cast.view(np.uint8 if fmt.total_bits == 8 else np.uint16).astype(np.int64).tolist()
+
+
+def assert_codes_equal(values: list[float], got: list[int], want: list[int], fmt: FloatFormat):
+    for value, g, w in zip(values, got, want, strict=True):
+        if math.isnan(decode(w, fmt)):  # nan payload and sign are not specified by IEEE 754
+            assert math.isnan(decode(g, fmt)), (fmt.name, value, hex(g), hex(w))
+        else:
+            assert g == w, (fmt.name, value, hex(g), hex(w))
+
+
+@pytest.mark.parametrize("fmt", [FP16, BF16, FP8_E5M2], ids=lambda f: f.name)
+def test_encode_matches_torch_cast_bit_for_bit_on_edge_values(fmt: FloatFormat) -> None:
+    values = edge_values(fmt)
+    got = [encode(v, fmt) for v in values]
+    assert_codes_equal(values, got, torch_encode(values, fmt), fmt)
+
+
+def test_encode_e4m3_saturating_matches_torch_cast() -> None:
+    values = edge_values(FP8_E4M3)
+    got = [encode(v, FP8_E4M3, saturate=True) for v in values]
+    assert_codes_equal(values, got, torch_encode(values, FP8_E4M3), FP8_E4M3)
+    assert encode(math.inf, FP8_E4M3, saturate=True) == 0x7E  # torch: inf -> 448
+
+
+@pytest.mark.parametrize("fmt", SMALL_FORMATS, ids=lambda f: f.name)
+def test_encode_non_saturating_matches_ml_dtypes(fmt: FloatFormat) -> None:
+    values = edge_values(fmt)
+    got = [encode(v, fmt) for v in values]
+    assert_codes_equal(values, got, ml_dtypes_encode(values, fmt), fmt)
+    if fmt is FP8_E4M3:  # ml_dtypes: overflow past 464 becomes nan; 464 itself ties down to 448
+        assert (encode(464.0, fmt), encode(465.0, fmt), encode(-1e6, fmt)) == (0x7E, 0x7F, 0xFF)
+
+
+@given(st.floats(width=32, allow_nan=True, allow_infinity=True))
+def test_encode_matches_torch_for_any_float32(x: float) -> None:
+    for fmt in (FP16, BF16, FP8_E5M2):
+        assert_codes_equal([x], [encode(x, fmt)], torch_encode([x], fmt), fmt)
+    assert_codes_equal([x], [encode(x, FP8_E4M3, saturate=True)],
+                       torch_encode([x], FP8_E4M3), FP8_E4M3)
+
+
+@given(st.floats(allow_nan=False))
+def test_encode_fp32_from_double_matches_torch_and_struct(x: float) -> None:
+    want = torch.tensor([x], dtype=torch.float64).to(torch.float32).view(torch.int32).item()
+    assert encode(x, FP32) == want & 0xFFFFFFFF
+    if abs(x) <= max_finite(FP32):
+        assert encode(x, FP32) == struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+@pytest.mark.parametrize("fmt", [FP32, *SMALL_FORMATS], ids=lambda f: f.name)
+def test_encode_is_the_inverse_of_decode_on_every_non_nan_code(fmt: FloatFormat) -> None:
+    codes = range(0, 2**fmt.total_bits, 1 if fmt.total_bits <= 16 else 65521)
+    for code in codes:
+        value = decode(code, fmt)
+        if not math.isnan(value):
+            assert encode(value, fmt) == code
+
+
+def test_encode_specials_and_saturation() -> None:
+    assert encode(-0.0, FP16) == 0x8000 and encode(0.0, BF16) == 0
+    assert encode(math.nan, FP16) == 0x7E00 and encode(math.nan, FP8_E4M3) == 0x7F
+    assert encode(-math.inf, FP8_E5M2) == 0xFC
+    assert encode(-math.inf, FP8_E5M2, saturate=True) == 0xFB  # -57344
+    assert encode(1e-8, FP16) == 0  # underflows: below half the smallest subnormal (2**-25)
+    assert encode(65519.0, FP16) == 0x7BFF and encode(65520.0, FP16) == 0x7C00  # tie -> inf
+
+
+# ---------------------------------------------------------------- tensor_bytes
+
+
+@given(
+    st.lists(st.integers(0, 9), min_size=0, max_size=4),
+    st.sampled_from([torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn,
+                     torch.float64, torch.int8, torch.int64]),
+)
+def test_tensor_bytes_equals_nbytes(shape: list[int], dtype: torch.dtype) -> None:
+    assert tensor_bytes(tuple(shape), dtype) == torch.empty(shape, dtype=dtype).nbytes
+
+
+def test_tensor_bytes_of_the_gpt3_ffn_matrix() -> None:
+    shape = (4 * 12288, 12288)
+    for dtype, per_element in [(torch.float32, 4), (torch.bfloat16, 2), (torch.float8_e4m3fn, 1)]:
+        assert tensor_bytes(shape, dtype) == torch.empty(shape, dtype=dtype, device="meta").nbytes
+        assert tensor_bytes(shape, dtype) == per_element * 603_979_776
+    assert tensor_bytes(shape, torch.float32) / 2**30 == 2.25
+
+
+def test_tensor_bytes_and_decode_tensor_reject_bad_input() -> None:
+    with pytest.raises(TypeError, match=r"torch\.dtype"):
+        tensor_bytes((2, 2), "bf16")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="negative"):
+        tensor_bytes((2, -1), torch.float32)
+    with pytest.raises(TypeError, match="integer tensor"):
+        decode_tensor(torch.ones(3), FP16)

@@ -1,0 +1,160 @@
+"""Release and grading end to end, through the instructor's commands and nbgrader's gradebook.
+
+For every lesson: the instructor version submitted as a student scores full marks; the untouched
+student version scores 0; one exercise answered wrongly loses exactly that exercise's points;
+correct code that writes to stderr keeps its points.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader.lessons import all_lessons
+from tests.grading_helpers import cell, grader, points, read_export, read_notebook, submit
+
+pytestmark = pytest.mark.slow
+
+LESSONS = all_lessons()
+
+# For each lesson: a graded function whose wrong answer breaks no other exercise, and the
+# wrong cell source. Every lesson must have an entry (see test_every_lesson_has_a_wrong_answer).
+WRONG_ANSWERS = {
+    "01_float_formats": ("machine_epsilon",
+                         "def machine_epsilon(fmt):\n    return 2.0 ** -(fmt.mantissa_bits + 1)"),
+}
+# A function whose body can start with a warning; it is called by its test cell.
+NOISY = {"01_float_formats": "decode"}
+
+
+def test_every_lesson_has_a_wrong_answer() -> None:
+    assert {lesson.name for lesson in LESSONS} <= set(WRONG_ANSWERS) & set(NOISY)
+
+
+@pytest.fixture(scope="module", params=LESSONS, ids=lambda lesson: lesson.name)
+def graded(request, tmp_path_factory):
+    """Release one lesson, grade four submissions, export; return what came out."""
+    lesson = request.param
+    tmp = tmp_path_factory.mktemp(lesson.name)
+    course = tmp / "course"
+    release = grader("release", lesson.name, "--course-dir", course)
+    assert "released" in release.stdout
+    student_nb = course / "release" / lesson.name / lesson.notebook.name
+    instructor = read_notebook(lesson.notebook)
+
+    submissions = tmp / "submissions"
+    submit(submissions, "instructor", instructor, lesson.notebook.name)
+    submit(submissions, "untouched", read_notebook(student_nb), lesson.notebook.name)
+
+    wrong = copy.deepcopy(instructor)
+    name, source = WRONG_ANSWERS[lesson.name]
+    cell(wrong, name).source = source
+    submit(submissions, "one_wrong", wrong, lesson.notebook.name)
+
+    noisy = copy.deepcopy(instructor)
+    target = cell(noisy, NOISY[lesson.name])
+    marker = "### BEGIN SOLUTION\n"
+    indent = target.source.split(marker)[0].rsplit("\n", 1)[1]
+    target.source = target.source.replace(marker, marker + indent + "import sys, warnings\n"
+                                          + indent + "print('debug output', file=sys.stderr)\n"
+                                          + indent + "warnings.warn('a harmless warning')\n", 1)
+    submit(submissions, "warns", noisy, lesson.notebook.name)
+
+    done = grader("autograde", lesson.name, submissions, "--course-dir", course)
+    grader("export", "--course-dir", course, "--csv", tmp / "grades.csv")
+    return {
+        "lesson": lesson,
+        "course": course,
+        "student_nb": student_nb,
+        "autograde": done,
+        "grades": read_export(tmp / "grades.csv"),
+        "points": points(instructor),
+    }
+
+
+def score(graded, student: str) -> tuple[float, float, str]:
+    row = graded["grades"][(student, graded["lesson"].name)]
+    return float(row["score"]), float(row["max_score"]), row["status"]
+
+
+def test_student_version_has_no_solutions_and_no_hidden_tests(graded) -> None:
+    student = read_notebook(graded["student_nb"])
+    text = "\n".join(c.source for c in student.cells)
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "raise NotImplementedError()" in text
+    hidden = [line for c in read_notebook(graded["lesson"].notebook).cells
+              if "### BEGIN HIDDEN TESTS" in c.source
+              for line in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines()
+              if line.startswith("check(")]
+    assert hidden and not any(line in text for line in hidden)
+
+
+def test_instructor_version_scores_full_marks(graded) -> None:
+    got, maximum, status = score(graded, "instructor")
+    assert maximum == sum(graded["points"].values()) > 0
+    assert (got, status) == (maximum, "graded")
+
+
+def test_untouched_student_version_scores_zero(graded) -> None:
+    got, maximum, status = score(graded, "untouched")
+    assert (got, maximum, status) == (0.0, sum(graded["points"].values()), "graded")
+
+
+def test_one_wrong_exercise_loses_exactly_its_points(graded) -> None:
+    name, _ = WRONG_ANSWERS[graded["lesson"].name]
+    got, maximum, _ = score(graded, "one_wrong")
+    assert got == maximum - graded["points"][name]
+
+
+def test_correct_code_that_writes_to_stderr_keeps_its_points(graded) -> None:
+    got, maximum, status = score(graded, "warns")
+    assert (got, status) == (maximum, "graded")
+
+
+def test_autograde_reports_every_submission(graded) -> None:
+    assert "4 graded, 0 needs_review, 0 invalid of 4" in graded["autograde"].stdout
+
+
+def test_regrading_replaces_earlier_grades_and_bad_submissions_get_zero(graded, tmp_path) -> None:
+    """The instructor's full-marks student resubmits garbage: no stale points survive."""
+    lesson, course = graded["lesson"], graded["course"]
+    submissions = tmp_path / "again"
+    (submissions / "instructor").mkdir(parents=True)
+    (submissions / "instructor" / lesson.notebook.name).write_text("{not json")
+    (submissions / "nobody_home").mkdir()
+    zipped = tmp_path / "lms.zip"
+    with zipfile.ZipFile(zipped, "w") as archive:
+        for file in submissions.rglob("*"):
+            archive.write(file, Path("class") / file.relative_to(submissions))
+    done = grader("autograde", lesson.name, zipped, "--course-dir", course)
+    assert "0 graded, 0 needs_review, 2 invalid of 2" in done.stdout
+    grader("export", "--course-dir", course, "--csv", tmp_path / "again.csv")
+    rows = read_export(tmp_path / "again.csv")
+    for student, reason in [("instructor", "not a readable notebook"),
+                            ("nobody_home", "no notebook")]:
+        row = rows[(student, lesson.name)]
+        assert (float(row["score"]), row["status"]) == (0.0, "invalid")
+        assert reason in row["reason"]
+    status = json.loads((course / "grading_status.json").read_text())
+    assert status[lesson.name]["instructor"]["status"] == "invalid"
+
+
+def test_unsafe_zip_is_refused_whole(tmp_path) -> None:
+    zipped = tmp_path / "evil.zip"
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("../escape/float_formats.ipynb", "{}")
+    done = grader("autograde", LESSONS[0].name, zipped, "--course-dir", tmp_path / "c", check=False)
+    assert done.returncode == 2 and "outside the archive" in done.stderr
+
+
+def test_unknown_lesson_and_missing_folder_fail_with_a_clear_message(tmp_path) -> None:
+    done = grader("release", "99_nothing", "--course-dir", tmp_path, check=False)
+    assert done.returncode == 2 and "no lesson named '99_nothing'" in done.stderr
+    assert LESSONS[0].name in done.stderr
+    done = grader("autograde", LESSONS[0].name, tmp_path / "absent", "--course-dir", tmp_path,
+                  check=False)
+    assert done.returncode == 2 and "no such submissions folder" in done.stderr

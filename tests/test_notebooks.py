@@ -1,0 +1,88 @@
+"""Lesson notebooks: in step with their sources, committed clean, and running end to end."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from grader.lessons import all_lessons
+from grader.sync import sync_lesson
+
+LESSONS = all_lessons()
+by_name = pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
+
+# The graded functions of each lesson (COURSE.md fixes their names and signatures).
+EXERCISES = {
+    "01_float_formats": ["FloatFormat", "split_bits", "decode", "encode", "max_finite",
+                         "smallest_normal", "smallest_subnormal", "machine_epsilon",
+                         "decode_tensor", "tensor_bytes"],
+}
+
+
+def grade_ids(nb: nbformat.NotebookNode, **flags: bool) -> list[str]:
+    return [c.metadata.nbgrader["grade_id"] for c in nb.cells
+            if "nbgrader" in c.metadata
+            and all(c.metadata.nbgrader.get(k, False) == v for k, v in flags.items())]
+
+
+@by_name
+def test_notebook_is_in_step_with_solutions_cases_and_data(lesson) -> None:
+    assert sync_lesson(lesson, write=False, log=lambda _: None) == []
+
+
+@by_name
+def test_notebook_is_committed_without_outputs(lesson) -> None:
+    nb = nbformat.read(lesson.notebook, as_version=4)
+    nbformat.validate(nb)
+    for c in nb.cells:
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None
+
+
+@by_name
+def test_every_graded_function_has_an_exercise_and_a_test_cell(lesson) -> None:
+    nb = nbformat.read(lesson.notebook, as_version=4)
+    solutions = grade_ids(nb, solution=True)
+    tests = grade_ids(nb, grade=True)
+    assert solutions == EXERCISES[lesson.name]
+    assert tests == [f"test-{name}" for name in solutions]
+    module = importlib.import_module(lesson.module)
+    assert all(callable(getattr(module, name)) for name in solutions)
+    assert len(set(grade_ids(nb))) == len(grade_ids(nb))  # nbgrader needs unique ids
+
+
+def run_notebook(lesson, env: dict[str, str]) -> tuple[nbformat.NotebookNode, float]:
+    nb = nbformat.read(lesson.notebook, as_version=4)
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        start = time.perf_counter()
+        NotebookClient(nb, timeout=120, kernel_name="python3",
+                       resources={"metadata": {"path": str(lesson.folder)}}).execute()
+        return nb, time.perf_counter() - start
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+@pytest.mark.slow
+@by_name
+@pytest.mark.parametrize("mode", ["lecture", "autograde"])
+def test_instructor_notebook_runs_end_to_end_with_every_check_passing(lesson, mode) -> None:
+    env = {"NBGRADER_EXECUTION": "autograde"} if mode == "autograde" else {}
+    if mode == "lecture":
+        os.environ.pop("NBGRADER_EXECUTION", None)
+    nb, seconds = run_notebook(lesson, env)
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert errors == []
+    passed = [c for c in nb.cells if "all visible checks passed" in
+              "".join(o.get("text", "") for o in c.get("outputs", []))]
+    assert len(passed) == len(EXERCISES[lesson.name])
+    images = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+    assert images >= 2  # the lesson's plots rendered
+    print(f"{lesson.name} ({mode}): {seconds:.1f} s")
