@@ -15,7 +15,7 @@ CASES: dict[str, list[Case | str]] = {
     "FloatFormat": [
         "(FP32.bias, FP16.bias, BF16.bias, FP8_E4M3.bias, FP8_E5M2.bias)",
         "(FP32.total_bits, FP16.total_bits, BF16.total_bits, FP8_E4M3.total_bits)",
-        "FloatFormat('fp64', 11, 52).bias",
+        "FloatFormat('fp80ish', 15, 64).bias",
         "FloatFormat('fp64', 11, 52).total_bits",
         "FloatFormat('e3m2', 3, 2, False).bias",
     ],
