@@ -60,12 +60,13 @@ def _header_end(node: ast.FunctionDef, lines: list[str]) -> int:
     return line
 
 
-def _definition_source(node: ast.stmt, lines: list[str]) -> str:
-    """A top-level definition's source with every function body marked as a solution."""
+def _definition_source(node: ast.stmt, lines: list[str], hide: bool) -> str:
+    """A top-level definition's source, with every function body marked as a solution when
+    ``hide``."""
     regions = []
-    if isinstance(node, ast.FunctionDef):
+    if hide and isinstance(node, ast.FunctionDef):
         regions.append(_body_region(node, lines))
-    elif isinstance(node, ast.ClassDef):
+    elif hide and isinstance(node, ast.ClassDef):
         regions += [_body_region(item, lines) for item in node.body
                     if isinstance(item, ast.FunctionDef)]
     first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1
@@ -79,8 +80,9 @@ def _definition_source(node: ast.stmt, lines: list[str]) -> str:
     return "\n".join(out)
 
 
-def solution_cell_source(module: ModuleType, names: list[str]) -> str:
-    """Cell source defining ``names`` (functions, classes, constants) as in ``module``."""
+def solution_cell_source(module: ModuleType, names: list[str], given: list[str] = ()) -> str:
+    """Cell source defining ``names`` (functions, classes, constants) as in ``module``, their
+    bodies marked as solutions except for the ``given`` ones, which are copied as they are."""
     source = inspect.getsource(module)
     lines = source.splitlines()
     by_name: dict[str, ast.stmt] = {}
@@ -98,7 +100,7 @@ def solution_cell_source(module: ModuleType, names: list[str]) -> str:
     parts = []
     for name in names:
         node = by_name[name]
-        text = _definition_source(node, lines)
+        text = _definition_source(node, lines, hide=name not in given)
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and parts and parts[-1][0] == "constant":
             parts[-1] = ("constant", parts[-1][1] + "\n" + text)  # keep constants together
         else:
@@ -138,8 +140,9 @@ def render_literal(value: object) -> str:
         if flat.is_floating_point():
             flat = flat.to(torch.float64)
         items = ", ".join(render_literal(v) for v in flat.tolist())
-        return (f"torch.tensor([{items}], dtype={value.dtype}).reshape"
-                f"({', '.join(str(s) for s in value.shape)}{',' if value.dim() == 1 else ''})")
+        dims = ", ".join(map(str, value.shape))
+        shape = {0: "()", 1: f"{dims},"}.get(value.dim(), dims)
+        return f"torch.tensor([{items}], dtype={value.dtype}).reshape({shape})"
     raise CourseError(f"cannot write a {type(value).__name__} as an expected value")
 
 
@@ -193,9 +196,15 @@ def expected_notebook(lesson: Lesson) -> nbformat.NotebookNode:
         if grade_id == "checks":
             cell.source = checks_source
         elif meta.get("solution") and cell.cell_type == "code":
-            names = cell.metadata.get("course", {}).get("defines", [grade_id])
-            cell.source = solution_cell_source(module, names)
+            course = cell.metadata.get("course", {})
+            cell.source = solution_cell_source(module, list(course.get("defines", [grade_id])),
+                                               list(course.get("given", [])))
             graded.append(grade_id)
+        elif "copy_of" in cell.metadata.get("course", {}):  # given code, shown in full
+            course = cell.metadata.course
+            names = list(course.defines)
+            cell.source = solution_cell_source(importlib.import_module(course.copy_of), names,
+                                               given=names)
         elif meta.get("grade") and grade_id.startswith("test-"):
             name = grade_id.removeprefix("test-")
             if not cases.get(name):

@@ -124,3 +124,8 @@ def test_the_notebook_check_cell_is_a_module_of_its_own() -> None:
     # student's environment has, and must not import anything from this repository.
     text = Path(notebook_checks.__file__).read_text()
     assert "solutions" not in text and "grader" not in text
+
+
+def test_render_literal_round_trips_a_zero_dim_tensor() -> None:
+    scalar = torch.tensor(4.5, dtype=torch.bfloat16)
+    assert same(eval(render_literal(scalar), {"math": math, "torch": torch}), scalar)

@@ -1,0 +1,67 @@
+"""Hidden checks of lesson 03 (matmul FLOPs, arithmetic intensity, roofline, MFU).
+See grader/cases/__init__.py."""
+
+from grader.cases import Case
+
+# Results of more than one rounded float operation get a tolerance: the same formula written in
+# another order (flops / (seconds * peak) instead of flops / seconds / peak) may differ in the
+# last bit. One division of exactly representable inputs is exact and compared exactly.
+_REL = 1e-12
+
+CASES: dict[str, list[Case | str]] = {
+    "matmul_flops": [
+        "matmul_flops(2, 3, 4)",
+        "matmul_flops(1, 1, 1)",
+        "matmul_flops(1, 8192, 1)",  # a dot product
+        "matmul_flops(128, 1, 256)",  # an outer product
+        "matmul_flops(0, 5, 7)",
+        "matmul_flops(2048 * 4, 12288, 4 * 12288)",  # GPT-3's FFN up-projection on 4 sequences
+    ],
+    "einsum_flops": [
+        "einsum_flops('ij,jk->ik', (2, 3), (3, 4))",
+        "einsum_flops('bij,bjk->bik', (8, 16, 32), (8, 32, 64))",
+        "einsum_flops('bhqd,bhkd->bhqk', (2, 12, 128, 64), (2, 12, 128, 64))",
+        "einsum_flops('i,j->ij', (5,), (7,))",  # outer product
+        "einsum_flops('ij,ij->', (3, 4), (3, 4))",  # full contraction
+        "einsum_flops('ij,jk->i', (2, 3), (3, 4))",  # k only in one operand: still counted
+        "einsum_flops('bsd,df->bsf', (1, 1, 1), (1, 1))",
+        "einsum_flops('ab,cd->dcba', (1, 2), (3, 4))",
+    ],
+    "matmul_bytes": [
+        "matmul_bytes(2, 3, 4, 4)",
+        "matmul_bytes(1, 1, 1, 1)",
+        "matmul_bytes(4096, 4096, 4096, 2)",
+        "matmul_bytes(1, 8192, 1, 4)",
+        "matmul_bytes(8192, 1, 8192, 2)",
+        "matmul_bytes(0, 16, 16, 4)",
+    ],
+    "arithmetic_intensity": [
+        "arithmetic_intensity(48, 104)",
+        "arithmetic_intensity(6, 3)",
+        "arithmetic_intensity(2 * 4096**3, 3 * 4096**2 * 2)",
+        "arithmetic_intensity(1024, 12 * 1024)",  # an fp32 elementwise add: 1/12
+        "arithmetic_intensity(0, 100)",
+        "arithmetic_intensity(3.0, 0.5)",
+    ],
+    "ridge_point": [
+        "ridge_point(989.4e12, 3.35e12)",
+        "ridge_point(312e12, 2.039e12)",
+        "ridge_point(8, 2)",
+        "ridge_point(332.8e9, 20e9)",
+    ],
+    "roofline": [
+        "roofline(1.0, 989.4e12, 3.35e12)",
+        "roofline(1000.0, 989.4e12, 3.35e12)",
+        "roofline(0.0, 100.0, 10.0)",
+        "roofline(10.0, 100.0, 10.0)",  # at the ridge
+        "roofline(4, 100, 10)",  # ints in, a float out
+        Case("roofline(1 / 12, 989.4e12, 3.35e12)", rel_tol=_REL),
+    ],
+    "mfu": [
+        Case("mfu(2 * 8192**3, 2e-3, 989.4e12)", rel_tol=_REL),
+        "mfu(989.4e12, 1.0, 989.4e12)",
+        "mfu(0, 1.0, 1e12)",
+        "mfu(100, 4, 5)",
+        Case("mfu(6 * 70e9 * 15e12, 144 * 86400 * 1024, 989.4e12)", rel_tol=_REL),
+    ],
+}
