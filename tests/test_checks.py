@@ -129,3 +129,23 @@ def test_the_notebook_check_cell_is_a_module_of_its_own() -> None:
 def test_render_literal_round_trips_a_zero_dim_tensor() -> None:
     scalar = torch.tensor(4.5, dtype=torch.bfloat16)
     assert same(eval(render_literal(scalar), {"math": math, "torch": torch}), scalar)
+
+
+def test_feedback_redacts_the_hidden_region_and_errors_raised_by_hidden_checks() -> None:
+    from nbformat.v4 import new_code_cell, new_output
+
+    from grader.preprocessors import RedactHiddenTests
+
+    source = ("check('decode(1, FP16)', 5.96e-08)\nprint('ok')\n### BEGIN HIDDEN TESTS\n"
+              "check('decode(0x7BFF, FP16)', 65504.0)\n### END HIDDEN TESTS")
+    cell = new_code_cell(source, outputs=[new_output(
+        "error", ename="AssertionError", evalue="decode(0x7BFF, FP16): expected 65504.0, got 1.0",
+        traceback=["...check('decode(0x7BFF, FP16)', 65504.0)..."])])
+    redacted, _ = RedactHiddenTests().preprocess_cell(cell, {}, 0)
+    assert "0x7BFF" not in redacted.source and "decode(1, FP16)" in redacted.source
+    assert redacted.outputs[0].evalue == "a hidden check failed"
+    assert "0x7BFF" not in "".join(redacted.outputs[0].traceback)
+    visible = new_code_cell(source, outputs=[new_output(
+        "error", ename="AssertionError", evalue="decode(1, FP16): expected 5.96e-08, got 0.0")])
+    assert RedactHiddenTests().preprocess_cell(visible, {}, 0)[0].outputs[0].evalue.startswith(
+        "decode(1, FP16)")  # visible failures keep their message

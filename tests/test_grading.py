@@ -8,7 +8,9 @@ correct code that writes to stderr keeps its points.
 from __future__ import annotations
 
 import copy
+import html
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -26,9 +28,13 @@ LESSONS = all_lessons()
 WRONG_ANSWERS = {
     "01_float_formats": ("machine_epsilon",
                          "def machine_epsilon(fmt):\n    return 2.0 ** -(fmt.mantissa_bits + 1)"),
+    "02_tensors_and_strides": ("broadcast_shapes",
+                               "def broadcast_shapes(a, b):\n    return tuple(a)"),
+    "03_matmul_flops": ("mfu", "def mfu(flops, seconds, peak_flops):\n    return flops / seconds"),
 }
 # A function whose body can start with a warning; it is called by its test cell.
-NOISY = {"01_float_formats": "decode"}
+NOISY = {"01_float_formats": "decode", "02_tensors_and_strides": "contiguous_strides",
+         "03_matmul_flops": "matmul_flops"}
 
 
 def test_every_lesson_has_a_wrong_answer() -> None:
@@ -117,6 +123,24 @@ def test_correct_code_that_writes_to_stderr_keeps_its_points(graded) -> None:
 
 def test_autograde_reports_every_submission(graded) -> None:
     assert "4 graded, 0 needs_review, 0 invalid of 4" in graded["autograde"].stdout
+
+
+def test_feedback_pages_show_scores_and_no_hidden_check(graded) -> None:
+    lesson, course = graded["lesson"], graded["course"]
+    grader("feedback", lesson.name, "--course-dir", course)
+    cells = read_notebook(lesson.notebook).cells
+    shown_elsewhere = "\n".join(c.source.split("### BEGIN HIDDEN TESTS")[0] for c in cells)
+    hidden_only = [line.split("'")[1] for c in cells if "### BEGIN HIDDEN TESTS" in c.source
+                   for line in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines()
+                   if line.startswith("check('") and line.split("'")[1] not in shown_elsewhere]
+    assert hidden_only
+    for student in ("instructor", "untouched", "one_wrong", "warns"):
+        page = course / "feedback" / student / lesson.name / f"{lesson.notebook_id}.html"
+        text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+        assert "Score" in text and "(hidden checks, not shown)" in text
+        assert "BEGIN HIDDEN TESTS" not in text
+        leaked = [expression for expression in hidden_only if expression in text]
+        assert leaked == [], f"{student}'s feedback shows hidden checks: {leaked[:3]}"
 
 
 def test_regrading_replaces_earlier_grades_and_bad_submissions_get_zero(graded, tmp_path) -> None:

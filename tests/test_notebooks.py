@@ -21,6 +21,12 @@ EXERCISES = {
     "01_float_formats": ["FloatFormat", "split_bits", "decode", "encode", "max_finite",
                          "smallest_normal", "smallest_subnormal", "machine_epsilon",
                          "decode_tensor", "tensor_bytes"],
+    "02_tensors_and_strides": ["contiguous_strides", "flat_offset", "transpose", "permute",
+                               "slice_dim", "is_contiguous", "view_strides", "as_strided",
+                               "broadcast_shapes", "split_heads", "merge_heads",
+                               "attention_scores", "project"],
+    "03_matmul_flops": ["matmul_flops", "einsum_flops", "matmul_bytes", "arithmetic_intensity",
+                        "ridge_point", "roofline", "mfu"],
 }
 
 
