@@ -26,7 +26,7 @@ lab-smoke: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader lab --smoke --workspace build/smoke-workspace
 
 test: $(VENV)/.installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -41,7 +41,9 @@ def test_every_lesson_has_a_wrong_answer() -> None:
     assert {lesson.name for lesson in LESSONS} <= set(WRONG_ANSWERS) & set(NOISY)
 
 
-@pytest.fixture(scope="module", params=LESSONS, ids=lambda lesson: lesson.name)
+# One xdist group per lesson: a worker grades a lesson once, and lessons grade in parallel.
+@pytest.fixture(scope="module", ids=lambda lesson: lesson.name, params=[
+    pytest.param(lesson, marks=pytest.mark.xdist_group(lesson.name)) for lesson in LESSONS])
 def graded(request, tmp_path_factory):
     """Release one lesson, grade four submissions, export; return what came out."""
     lesson = request.param
