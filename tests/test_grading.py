@@ -31,10 +31,16 @@ WRONG_ANSWERS = {
     "02_tensors_and_strides": ("broadcast_shapes",
                                "def broadcast_shapes(a, b):\n    return tuple(a)"),
     "03_matmul_flops": ("mfu", "def mfu(flops, seconds, peak_flops):\n    return flops / seconds"),
+    "04_backprop_flops": ("training_days", "def training_days(total_flops, n_gpus, peak_flops, mfu):"
+                          "\n    return total_flops / (n_gpus * peak_flops)"),
+    "05_adamw_memory": ("largest_trainable_params",
+                        "def largest_trainable_params(n_gpus, gpu_bytes, bytes_per_param):"
+                        "\n    return n_gpus * gpu_bytes"),
 }
 # A function whose body can start with a warning; it is called by its test cell.
 NOISY = {"01_float_formats": "decode", "02_tensors_and_strides": "contiguous_strides",
-         "03_matmul_flops": "matmul_flops"}
+         "03_matmul_flops": "matmul_flops", "04_backprop_flops": "transformer_params",
+         "05_adamw_memory": "training_memory"}
 
 
 def test_every_lesson_has_a_wrong_answer() -> None:

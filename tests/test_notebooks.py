@@ -27,6 +27,10 @@ EXERCISES = {
                                "attention_scores", "project"],
     "03_matmul_flops": ["matmul_flops", "einsum_flops", "matmul_bytes", "arithmetic_intensity",
                         "ridge_point", "roofline", "mfu"],
+    "04_backprop_flops": ["two_layer_forward_backward", "two_layer_flops", "transformer_params",
+                          "transformer_forward_flops", "training_flops", "training_days"],
+    "05_adamw_memory": ["AdamW", "training_memory", "quantize_blockwise", "dequantize_blockwise",
+                        "largest_trainable_params"],
 }
 
 
