@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from grader.lessons import CourseError, lesson_names, load_lesson
+from grader.sandbox import Limits
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+               else (os.cpu_count() or 1))
 
 USAGE = """\
 python -m grader sync [--check] [LESSON ...]      notebooks <- solutions/, grader/cases/, data/
@@ -36,8 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     autograde = commands.add_parser("autograde", parents=[common], help="grade submissions")
     autograde.add_argument("lesson", metavar="LESSON")
     autograde.add_argument("submissions", metavar="SUBMISSIONS", type=Path)
-    autograde.add_argument("--jobs", type=int, default=1, metavar="N",
-                           help="submissions graded at once (currently 1 at a time)")
+    autograde.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
+                           help="submissions graded at once (default: one per CPU core)")
+    autograde.add_argument("--no-sandbox", action="store_true",
+                           help="run student code without bubblewrap (only for code you trust)")
+    defaults = Limits()
+    autograde.add_argument("--cell-timeout", type=int, default=defaults.cell_seconds,
+                           metavar="S", help="seconds one cell may run (default: %(default)s)")
+    autograde.add_argument("--timeout", type=int, default=defaults.notebook_seconds,
+                           metavar="S", help="seconds one notebook may take (default: %(default)s)")
+    autograde.add_argument("--memory", type=int, default=defaults.memory_bytes // 2**30,
+                           metavar="GIB", help="memory of one kernel (default: %(default)s GiB)")
 
     feedback = commands.add_parser("feedback", parents=[common], help="HTML feedback pages")
     feedback.add_argument("lesson", metavar="LESSON")
@@ -83,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "autograde":
         if args.jobs < 1:
             raise CourseError("--jobs must be at least 1")
-        statuses = course.autograde(load_lesson(args.lesson), args.submissions)
+        limits = Limits(cell_seconds=args.cell_timeout, notebook_seconds=args.timeout,
+                        memory_bytes=args.memory * 2**30)
+        statuses = course.autograde(load_lesson(args.lesson), args.submissions, jobs=args.jobs,
+                                    use_sandbox=not args.no_sandbox, limits=limits)
         counts = {s: sum(v["status"] == s for v in statuses.values())
                   for s in ("graded", "needs_review", "invalid")}
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(statuses)}")

@@ -15,19 +15,23 @@ from __future__ import annotations
 import csv
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
+from grader.autograde import Graded, grade_submission
 from grader.lessons import REPO, CourseError, Lesson, load_lesson
+from grader.sandbox import Limits, bwrap_path
 from grader.sync import sync_lesson
 
 COURSE_ID = "counting-the-cost"
@@ -43,17 +47,7 @@ CONFIG_TEMPLATE = """\
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = {root!r}
 c.CourseDirectory.course_id = {course_id!r}
-c.Execute.timeout = {timeout}
-c.Autograde.autograde_preprocessors = [
-    "nbgrader.preprocessors.Execute",
-    "grader.preprocessors.StderrToStdout",
-    "nbgrader.preprocessors.IgnorePattern",
-    "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
-]
+c.Execute.timeout = {timeout}  # for plain `nbgrader autograde`; ours: --cell-timeout
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "grader.preprocessors.RedactHiddenTests",
@@ -70,6 +64,7 @@ class Course:
     log: Callable[[str], None] = print
 
     def __post_init__(self) -> None:
+        self._details: dict[str, dict[str, dict]] = {}
         self.root = self.root.resolve()
         if self.root.exists() and not self.root.is_dir():
             raise CourseError(f"course directory {self.root} exists and is not a folder")
@@ -129,52 +124,108 @@ class Course:
 
     # ------------------------------------------------------------------ autograde
 
-    def autograde(self, lesson: Lesson, submissions: Path) -> dict[str, dict[str, str]]:
+    def autograde(self, lesson: Lesson, submissions: Path, jobs: int = 1,
+                  use_sandbox: bool = True, limits: Limits | None = None,
+                  ) -> dict[str, dict[str, str]]:
         """Grade every student's notebook in ``submissions`` (a folder or a zip of folders)."""
         if not submissions.exists():
             raise CourseError(f"no such submissions folder or zip: {submissions}")
+        if use_sandbox and bwrap_path() is None:
+            raise CourseError(
+                "bubblewrap (bwrap) is not installed, so student code cannot be sandboxed. "
+                "Install it (Debian/Ubuntu: apt-get install bubblewrap; it needs Linux), or pass "
+                "--no-sandbox to run student code with your own rights (only for code you trust)")
+        if not use_sandbox:
+            print("warning: --no-sandbox: student code runs with your rights and can read, "
+                  "change or delete your files", file=sys.stderr)
         if not self.is_released(lesson):
             self.release(lesson)
-        statuses = {}
+        limits = limits or Limits()
+        statuses: dict[str, dict[str, str]] = {}
         with _unpacked(submissions, self.root) as folder:
             students = sorted(p for p in folder.iterdir() if p.is_dir())
             if not students:
                 raise CourseError(f"{submissions} holds no student folders "
                                   "(expected SUBMISSIONS/<student_id>/<notebook>.ipynb)")
-            for number, student_folder in enumerate(students, 1):
-                student_id = student_folder.name
-                status = self._grade_one(lesson, student_id, student_folder)
-                statuses[student_id] = status
-                self.log(f"[{number}/{len(students)}] {student_id}: {status['status']}"
-                         + (f" ({status['reason']})" if status["reason"] else ""))
+            progress = Progress(len(students), self.log)
+            pending = []
+            for student_folder in students:
+                early = self._receive(lesson, student_folder)
+                if isinstance(early, Graded):
+                    self._store(lesson, early)
+                    statuses[early.student_id] = progress.done(early)
+                else:
+                    pending.append(early)
+            slots: queue.Queue[int] = queue.Queue()
+            for slot in range(max(1, jobs)):
+                slots.put(slot)
+
+            def work(item: tuple[str, Path, str]) -> Graded:
+                student_id, notebook, note = item
+                slot = slots.get()
+                try:
+                    return grade_submission(notebook, note, lesson, student_id, self.db_url,
+                                            slot, limits, use_sandbox)
+                except Exception as error:  # a bug of ours must not stop the batch
+                    return Graded(student_id, "needs_review",
+                                  [f"grading error: {type(error).__name__}: {error}"[:500]])
+                finally:
+                    slots.put(slot)
+
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                for graded in pool.map(work, pending):
+                    self._store(lesson, graded)
+                    statuses[graded.student_id] = progress.done(graded)
+            progress.finish()
         self._record(lesson, statuses)
         return statuses
 
-    def _grade_one(self, lesson: Lesson, student_id: str, folder: Path) -> dict[str, str]:
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.root / 'gradebook.db'}"
+
+    def _receive(self, lesson: Lesson, folder: Path) -> Graded | tuple[str, Path, str]:
+        """Copy a student's notebook (and nothing else) in; what cannot be graded, say why."""
+        student_id = folder.name
         if not student_id or student_id.startswith(".") or set(student_id) - STUDENT_ID_CHARS:
-            return {"status": "invalid", "reason": "student id has characters other than "
-                    "letters, digits and ._@+- (rename the folder)"}
-        notebook, reason = _find_notebook(folder, lesson)
+            return Graded(student_id, "invalid", ["student id has characters other than "
+                                                  "letters, digits and ._@+- (rename the folder)"])
+        notebook, note = _find_notebook(folder, lesson)
         target = self.root / "submitted" / student_id / lesson.name
         if target.exists():  # re-grading replaces the earlier submission entirely
             shutil.rmtree(target)
         if notebook is None:
-            self._zero(lesson, student_id)
-            return {"status": "invalid", "reason": reason}
-        try:
-            nbformat.read(notebook, as_version=4)
-        except Exception as error:  # any parse failure makes the submission unreadable
-            self._zero(lesson, student_id)
-            reason = f"{notebook.name} is not a readable notebook ({type(error).__name__})"
-            return {"status": "invalid", "reason": reason}
+            return Graded(student_id, "invalid", [note])
         target.mkdir(parents=True)
-        shutil.copyfile(notebook, target / lesson.notebook.name)  # only the notebook: no shadowing
-        self._zero(lesson, student_id)  # no earlier points survive a failed re-grade
-        done = self.nbgrader("autograde", lesson.name, f"--student={student_id}", "--force")
-        if done.returncode != 0:
-            return {"status": "needs_review",
-                    "reason": "autograde failed: " + _last_error(done.stderr + done.stdout)}
-        return {"status": "graded" if not reason else "needs_review", "reason": reason}
+        copy = target / lesson.notebook.name
+        shutil.copyfile(notebook, copy)  # only the notebook: nothing can shadow a module
+        return student_id, copy, note
+
+    def _store(self, lesson: Lesson, graded: Graded) -> None:
+        """Write one submission's grades: every earlier grade of it is replaced."""
+        self._zero(lesson, graded.student_id)
+        autograded = self.root / "autograded" / graded.student_id / lesson.name
+        if autograded.exists():
+            shutil.rmtree(autograded)
+        if graded.notebook is None:
+            return
+        points = {f"test-{v.name}": v.points for v in graded.verdicts}
+        with self.gradebook() as gb:
+            submission = gb.find_submission(lesson.name, graded.student_id)
+            for notebook in submission.notebooks:
+                for grade in notebook.grades:
+                    if grade.name in points:
+                        grade.auto_score = min(points[grade.name], grade.max_score)
+            gb.db.commit()
+        autograded.mkdir(parents=True)
+        nbformat.write(graded.notebook, autograded / lesson.notebook.name)
+        self._details.setdefault(lesson.name, {})[graded.student_id] = {
+            "seconds": round(graded.seconds, 2),
+            "flags": graded.flags,
+            "exercises": {v.name: {"points": v.points, "max_points": v.max_points,
+                                   "passed": v.passed, "total": v.total}
+                          for v in graded.verdicts},
+        }
 
     def _zero(self, lesson: Lesson, student_id: str) -> None:
         """Record a submission with no gradable notebook: every grade 0."""
@@ -190,7 +241,10 @@ class Course:
     def _record(self, lesson: Lesson, statuses: dict[str, dict[str, str]]) -> None:
         path = self.root / STATUS_FILE
         everything = json.loads(path.read_text()) if path.exists() else {}
-        everything.setdefault(lesson.name, {}).update(statuses)
+        details = self._details.get(lesson.name, {})
+        everything.setdefault(lesson.name, {}).update(
+            {student: {**status, **details.get(student, {})}
+             for student, status in statuses.items()})
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(everything, indent=1, sort_keys=True))
         tmp.replace(path)
@@ -242,6 +296,32 @@ class Course:
         folder = self.root / "feedback"
         self.log(f"feedback pages in {folder}/<student_id>/{lesson.name}/")
         return folder
+
+
+class Progress:
+    """Submissions done, failed and remaining: one line each, or a live line on a terminal."""
+
+    def __init__(self, total: int, log: Callable[[str], None]):
+        self.total, self.log = total, log
+        self.counts = {"graded": 0, "needs_review": 0, "invalid": 0}
+        self.live = sys.stderr.isatty()
+
+    def done(self, graded: Graded) -> dict[str, str]:
+        self.counts[graded.status] += 1
+        finished = sum(self.counts.values())
+        line = (f"[{finished}/{self.total}] {graded.student_id}: {graded.status}"
+                + (f" ({graded.reason})" if graded.reason else ""))
+        self.log(line)
+        if self.live:
+            bar = "#" * (30 * finished // self.total)
+            print(f"\r[{bar:<30}] {finished}/{self.total} done, "
+                  f"{self.counts['needs_review'] + self.counts['invalid']} flagged or failed, "
+                  f"{self.total - finished} remaining", end="", file=sys.stderr, flush=True)
+        return {"status": graded.status, "reason": graded.reason}
+
+    def finish(self) -> None:
+        if self.live:
+            print(file=sys.stderr)
 
 
 def _spreadsheet_safe(value: object) -> object:
@@ -298,11 +378,6 @@ def _unpacked(submissions: Path, course_root: Path) -> Iterator[Path]:
 
 def _tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _last_error(text: str) -> str:
-    errors = [line.strip() for line in text.splitlines() if "ERROR" in line or "Error" in line]
-    return (errors[-1] if errors else _tail(text, 1))[:300]
 
 
 def open_course(course_dir: str | None, log: Callable[[str], None] = print) -> Course:

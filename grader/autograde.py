@@ -1,0 +1,159 @@
+"""Grade one submission: sanitize with nbgrader, run sandboxed, score in this process.
+
+nbgrader's own preprocessors restore the locked cells from the gradebook and strip the hidden
+tests (the student's kernel never runs them, so it can never read an expected value); the
+sandboxed run and the probes of grader/probe.py decide the points; the gradebook and the
+autograded notebook are written by the caller, one submission at a time.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+from nbformat.v4 import new_output
+
+from grader.execute import GradingError, run_submission
+from grader.lessons import Lesson
+from grader.probe import Verdict, exercises, judge
+from grader.sandbox import Limits
+
+# Code that reaches for the grader's machinery or outside its notebook. Not forbidden (the
+# sandbox makes it harmless); flagged so that an instructor can look.
+SUSPICIOUS = {
+    "builtins": r"\bbuiltins\b|__builtins__",
+    "sys.modules": r"sys\s*\.\s*modules",
+    "IPython's transformers or hooks": r"ast_transformers|input_transformers|"
+                                       r"set_custom_exc|register_magic|events\s*\.\s*register|"
+                                       r"displayhook|excepthook",
+    "frames or globals": r"_getframe|\binspect\b|\bglobals\s*\(",
+    "the file system": r"\bopen\s*\(|\bos\s*\.\s*(remove|unlink|rmdir|chdir|listdir|walk|"
+                       r"scandir|system|popen|environ)|\bpathlib\b|\bshutil\b|\bglob\b",
+    "subprocesses": r"\bsubprocess\b|\bos\s*\.\s*(fork|exec|spawn|kill|_exit)|"
+                    r"\bmultiprocessing\b|\bsignal\b",
+    "the network": r"\bsocket\b|\burllib\b|\brequests\b|\bhttp\.client\b|\bhttpx\b",
+    "the check helper": r"^\s*(def\s+check\b|check\s*=)|_difference",
+}
+
+
+HIDDEN_NOTE = "# (hidden checks, not shown: the grader runs them outside your notebook)"
+
+
+@dataclass
+class Graded:
+    """The outcome of grading one student's submission."""
+
+    student_id: str
+    status: str  # graded, needs_review, invalid
+    reasons: list[str] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    notebook: NotebookNode | None = None  # executed, hidden tests stripped: for feedback
+    seconds: float = 0.0
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)[:1000]
+
+
+def scan(nb: NotebookNode, source: NotebookNode) -> list[str]:
+    """What the student's own code reaches for (cells that differ from the source notebook)."""
+    given = {c.source for c in source.cells if c.cell_type == "code"}
+    code = "\n".join(c.source for c in nb.cells
+                     if c.get("cell_type") == "code" and c.source not in given)
+    return [what for what, pattern in SUSPICIOUS.items()
+            if re.search(pattern, code, flags=re.MULTILINE)]
+
+
+def sanitize(nb: NotebookNode, lesson: Lesson, student_id: str, db_url: str,
+             ) -> tuple[NotebookNode, list[str]]:
+    """nbgrader's own clean-up of a submission, then the hidden tests removed."""
+    from nbgrader.preprocessors import (
+        CheckCellMetadata,
+        ClearHiddenTests,
+        ClearOutput,
+        DeduplicateIds,
+        OverwriteCells,
+        OverwriteKernelspec,
+    )
+
+    resources = {"nbgrader": {"db_url": db_url, "assignment": lesson.name,
+                              "notebook": lesson.notebook_id, "student": student_id}}
+    notes = []
+    cleaned = copy.deepcopy(nb)
+    for step in (ClearOutput(), DeduplicateIds(), OverwriteKernelspec(), OverwriteCells(),
+                 CheckCellMetadata()):
+        try:
+            cleaned, resources = step.preprocess(cleaned, resources)
+        except Exception as error:  # edited metadata, say: grade what was submitted
+            notes.append(f"nbgrader's {type(step).__name__} refused the notebook "
+                         f"({type(error).__name__}); graded as submitted")
+            cleaned = copy.deepcopy(nb)
+            cleaned, _ = ClearOutput().preprocess(cleaned, {})
+            break
+    _strip_hidden_everywhere(cleaned)
+    cleaned, _ = ClearHiddenTests().preprocess(cleaned, resources)  # and whatever it knows more
+    return cleaned, notes
+
+
+def _strip_hidden_everywhere(nb: NotebookNode) -> None:
+    """Replace every hidden region by a comment: the kernel must never see a hidden check."""
+    for cell in nb.cells:
+        while "### BEGIN HIDDEN TESTS" in cell.get("source", ""):
+            before, rest = cell.source.split("### BEGIN HIDDEN TESTS", 1)
+            after = rest.split("### END HIDDEN TESTS", 1)[1] if "### END HIDDEN TESTS" in rest \
+                else ""
+            cell.source = before + HIDDEN_NOTE + after
+
+
+def annotate(nb: NotebookNode, verdicts: list[Verdict], events: list[str]) -> None:
+    """Put each exercise's result under its test cell, for the feedback page."""
+    by_cell = {f"test-{v.name}": v for v in verdicts}
+    seen = set()
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in by_cell and grade_id not in seen and cell.cell_type == "code":
+            seen.add(grade_id)
+            cell.outputs.append(new_output("stream", name="stdout",
+                                           text=f"[grader] {by_cell[grade_id].summary()}\n"))
+    if events and nb.cells:
+        first = next((c for c in nb.cells if c.cell_type == "code"), None)
+        if first is not None:
+            first.outputs.append(new_output("stream", name="stdout", text="".join(
+                f"[grader] {event}\n" for event in events)))
+
+
+def grade_submission(notebook_path: Path, note: str, lesson: Lesson, student_id: str,
+                     db_url: str, slot: int, limits: Limits, use_sandbox: bool) -> Graded:
+    """Everything about one submission except writing the results down."""
+    try:
+        submitted = nbformat.read(notebook_path, as_version=4)
+    except Exception as error:  # any parse failure makes the submission unreadable
+        return Graded(student_id, "invalid", [f"{notebook_path.name} is not a readable "
+                                              f"notebook ({type(error).__name__})"])
+    source = nbformat.read(lesson.notebook, as_version=4)
+    reasons = [note] if note else []
+    try:
+        cleaned, notes = sanitize(submitted, lesson, student_id, db_url)
+    except Exception as error:
+        return Graded(student_id, "invalid", [f"the notebook could not be prepared for "
+                                              f"grading ({type(error).__name__}: {error})"[:300]])
+    reasons += notes
+    flags = scan(submitted, source)
+    files = [lesson.folder / name for name in lesson.data_files]
+    plan = exercises(lesson)
+    try:
+        run = run_submission(cleaned, files, plan, slot, limits, use_sandbox)
+    except GradingError as error:
+        return Graded(student_id, "needs_review", [*reasons, f"grading error: {error}"[:500]],
+                      flags=flags)
+    verdicts = [judge(exercise, run.results[exercise.name]) for exercise in plan]
+    annotate(run.notebook, verdicts, run.events)
+    reasons += run.events
+    reasons += [f"code reaches for {what}" for what in flags]
+    status = "needs_review" if reasons else "graded"
+    return Graded(student_id, status, reasons, verdicts, run.notebook, run.seconds, flags)

@@ -1,0 +1,254 @@
+"""Trusted scoring: call the student's functions in their kernel, judge the results outside it.
+
+After a submission's cells have run, the grader sends one probe per exercise: the call
+expressions of that exercise's visible and hidden checks, and nothing else. The kernel evaluates
+them and prints the results in a tagged JSON form (a float as its exact hex, a tensor as dtype,
+shape and raw bytes). The grading process decodes that into fresh plain values and compares them
+with expected values it computed itself from the reference code. The student's kernel never sees
+an expected value, and nothing it returns is trusted beyond its bytes: an object with a forged
+``__eq__`` arrives as "not a float", a patched ``check`` or ``torch`` changes nothing here.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import importlib
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cache
+
+import nbformat
+import torch
+
+from grader.cases import as_case
+from grader.lessons import Lesson
+from grader.notebook_checks import _difference
+
+MAX_RESULT_CHARS = 48 * 2**20
+MAX_DEPTH = 12
+
+# Runs in the student's kernel; names start with _ctc_ to stay out of the student's way.
+KERNEL_PROBE = r'''
+def _ctc_probe(_ctc_namespace, _ctc_expressions, _ctc_nonce):
+    import base64, json, sys
+    import torch
+
+    def encode(value, depth=0):
+        kind = type(value)
+        if depth > 12:
+            return {"t": "other", "v": "nested too deep"}
+        if kind is bool:
+            return {"t": "bool", "v": value}
+        if kind is int:
+            try:
+                return {"t": "int", "v": str(value)}
+            except ValueError:
+                return {"t": "other", "v": "int too large"}
+        if kind is float:
+            return {"t": "float", "v": value.hex()}
+        if kind is str:
+            return {"t": "str", "v": value[:10000]}
+        if value is None:
+            return {"t": "none"}
+        if kind in (tuple, list):
+            return {"t": kind.__name__, "v": [encode(v, depth + 1) for v in value[:10000]]}
+        if kind is dict:
+            return {"t": "dict", "v": [[encode(k, depth + 1), encode(v, depth + 1)]
+                                       for k, v in list(value.items())[:10000]]}
+        if kind is torch.Tensor:
+            flat = value.detach().to("cpu").contiguous().reshape(-1)
+            if flat.numel() * flat.element_size() > 32 * 2**20:
+                return {"t": "other", "v": "tensor larger than 32 MiB"}
+            raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+            return {"t": "tensor", "dtype": str(value.dtype), "shape": list(value.shape),
+                    "v": base64.b64encode(raw).decode()}
+        return {"t": "other", "v": f"{kind.__module__}.{kind.__qualname__}"[:200]}
+
+    results = []
+    for expression in _ctc_expressions:
+        try:
+            results.append(encode(eval(expression, _ctc_namespace)))
+        except NotImplementedError:
+            results.append({"t": "error", "v": "not implemented yet"})
+        except Exception as error:
+            results.append({"t": "error", "v": f"{type(error).__name__}: {error}"[:500]})
+    sys.stdout.write(_ctc_nonce + json.dumps(results) + _ctc_nonce + "\n")
+    sys.stdout.flush()
+'''
+
+
+def probe_source(expressions: list[str], nonce: str) -> str:
+    """The code of one probe cell."""
+    return (KERNEL_PROBE + f"\n_ctc_probe(globals(), {expressions!r}, {nonce!r})\n"
+            "del _ctc_probe\n")
+
+
+class Unreadable(Exception):
+    """A probe result that does not decode: scores as wrong."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What the kernel said instead of a value."""
+
+    message: str
+
+
+def decode(item: object, depth: int = 0) -> object:
+    """A tagged value from the kernel as a fresh plain Python value (or ``Failure``)."""
+    if depth > MAX_DEPTH + 1 or not isinstance(item, dict) or not isinstance(item.get("t"), str):
+        raise Unreadable("malformed result")
+    kind, value = item["t"], item.get("v")
+    if kind == "error":
+        return Failure(str(value)[:500])
+    if kind == "other":
+        return Failure(f"returned {str(value)[:200]}")
+    if kind == "none":
+        return None
+    if kind == "bool" and type(value) is bool:
+        return bool(value)
+    if kind == "int" and type(value) is str:
+        return int(value)
+    if kind == "float" and type(value) is str:
+        return float.fromhex(value)
+    if kind == "str" and type(value) is str:
+        return str(value)
+    if kind in ("tuple", "list") and type(value) is list:
+        items = [decode(v, depth + 1) for v in value]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict" and type(value) is list:
+        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in value}
+    if kind == "tensor" and type(value) is str:
+        dtype = getattr(torch, str(item.get("dtype", "")).removeprefix("torch."), None)
+        shape = item.get("shape")
+        if not isinstance(dtype, torch.dtype) or not isinstance(shape, list):
+            raise Unreadable("malformed tensor")
+        raw = bytearray(base64.b64decode(value, validate=True))
+        flat = (torch.frombuffer(raw, dtype=torch.uint8) if raw
+                else torch.empty(0, dtype=torch.uint8))
+        return flat.view(dtype).reshape([int(s) for s in shape]).clone()
+    raise Unreadable(f"malformed {kind}")
+
+
+def parse_results(text: str, nonce: str, count: int) -> list[object]:
+    """The decoded results of one probe from its printed output (``Failure`` where unreadable)."""
+    parts = text.split(nonce)
+    if len(parts) < 3 or len(parts[1]) > MAX_RESULT_CHARS:
+        return [Failure("the probe printed no result")] * count
+    try:
+        items = json.loads(parts[1])
+    except (ValueError, RecursionError):
+        return [Failure("the probe's result is not valid")] * count
+    if not isinstance(items, list) or len(items) != count:
+        return [Failure("the probe's result is not valid")] * count
+    out = []
+    for item in items:
+        try:
+            out.append(decode(item))
+        except (Unreadable, ValueError, TypeError, RuntimeError, OverflowError, RecursionError):
+            out.append(Failure("unreadable result"))
+    return out
+
+
+# ------------------------------------------------------------------ what each exercise expects
+
+
+@dataclass
+class Check:
+    expression: str
+    expected: object
+    rel_tol: float
+    abs_tol: float
+    hidden: bool
+
+
+@dataclass
+class Exercise:
+    name: str
+    points: float
+    checks: list[Check] = field(default_factory=list)
+
+
+def _visible_checks(source: str) -> list[tuple[str, float, float]]:
+    """``check("expr", ...)`` calls of a test cell's visible part: (expr, rel_tol, abs_tol)."""
+    visible = source.split("### BEGIN HIDDEN TESTS")[0]
+    found = []
+    for node in ast.walk(ast.parse(visible)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "check" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            tolerances = {k.arg: ast.literal_eval(k.value) for k in node.keywords
+                          if k.arg in ("rel_tol", "abs_tol")}
+            found.append((node.args[0].value, float(tolerances.get("rel_tol", 0.0)),
+                          float(tolerances.get("abs_tol", 0.0))))
+    return found
+
+
+@cache
+def exercises(lesson: Lesson) -> tuple[Exercise, ...]:
+    """Every graded function of a lesson with its points and its checks' expected values,
+    computed here from the reference code (never in a student's kernel)."""
+    nb = nbformat.read(lesson.notebook, as_version=4)
+    module = importlib.import_module(lesson.module)
+    cases = importlib.import_module(lesson.cases).CASES
+    namespace = {**vars(module), "math": math, "torch": torch}
+    found = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not (meta.get("grade") and meta.get("grade_id", "").startswith("test-")):
+            continue
+        exercise = Exercise(meta["grade_id"].removeprefix("test-"), float(meta["points"]))
+        planned = [(e, r, a, False) for e, r, a in _visible_checks(cell.source)]
+        planned += [(c.expression, c.rel_tol, c.abs_tol, True)
+                    for c in map(as_case, cases[exercise.name])]
+        for expression, rel_tol, abs_tol, hidden in planned:
+            expected = eval(expression, dict(namespace))
+            exercise.checks.append(Check(expression, expected, rel_tol, abs_tol, hidden))
+        found.append(exercise)
+    return tuple(found)
+
+
+@dataclass
+class Verdict:
+    """How one exercise went: points, and which checks failed (hidden ones not named)."""
+
+    name: str
+    points: float
+    max_points: float
+    passed: int
+    total: int
+    visible_failures: list[str]
+    hidden_failed: int
+
+    def summary(self) -> str:
+        text = (f"{self.name}: {self.points:g} of {self.max_points:g} points "
+                f"({self.passed} of {self.total} checks passed)")
+        details = list(self.visible_failures[:3])
+        if self.hidden_failed:
+            details.append(f"{self.hidden_failed} hidden check(s) failed")
+        return text + ("".join(f"\n  - {d}" for d in details) if details else "")
+
+
+def judge(exercise: Exercise, results: list[object]) -> Verdict:
+    """All checks pass: full points; otherwise none."""
+    visible_failures, hidden_failed, passed = [], 0, 0
+    for check, got in zip(exercise.checks, results, strict=True):
+        if isinstance(got, Failure):
+            problem: str | None = got.message
+        else:
+            try:
+                problem = _difference(got, check.expected, check.rel_tol, check.abs_tol)
+            except Exception as error:  # a decoded value the comparison cannot handle
+                problem = f"cannot compare ({type(error).__name__})"
+        if problem is None:
+            passed += 1
+        elif check.hidden:
+            hidden_failed += 1
+        else:
+            visible_failures.append(f"{check.expression}: {problem}"[:300])
+    total = len(exercise.checks)
+    points = exercise.points if passed == total else 0.0
+    return Verdict(exercise.name, points, exercise.points, passed, total, visible_failures,
+                   hidden_failed)

@@ -1,0 +1,152 @@
+"""A kernel in a bubblewrap sandbox, for running student code.
+
+The kernel sees a read-only system (/usr, /etc, the Python installation and the course's
+virtual environment), a private /tmp, its own working folder holding only the files the lesson
+ships, and one small folder for its connection file and IPC sockets. It has no network, its own
+PID namespace (the whole process tree dies with it) and, when the grader runs as root, an
+unprivileged user of its own, so that limits on processes apply to it alone. Memory, CPU time,
+file size, open files and processes are capped with rlimits; the wall clock and the volume of
+output are capped by the client (grader/execute.py).
+
+Known facts this relies on (tried here): with the network unshared the kernel must use IPC
+transport with an absolute socket path; the connection file is copied into a private folder
+rather than binding all of /tmp; inside a PID namespace ipykernel exits if JPY_PARENT_PID is set,
+so the environment is cleared.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+
+FIRST_SANDBOX_UID = 64000  # slot n runs as uid 64000 + n when the grader is root
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one submission may use."""
+
+    memory_bytes: int = 6 * 2**30  # address space of the kernel (torch maps a lot of it)
+    cpu_seconds: int = 600
+    processes: int = 256  # threads count too
+    file_bytes: int = 64 * 2**20
+    open_files: int = 512
+    scratch_bytes: int = 256 * 2**20  # the kernel's /tmp and working folder, in memory
+    cell_seconds: int = 60
+    notebook_seconds: int = 300
+    output_bytes: int = 2 * 2**20  # per notebook, beyond it outputs are dropped
+    message_bytes: int = 32 * 2**20  # one kernel message; a larger one disconnects the kernel
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _python_roots() -> list[Path]:
+    """Folders the kernel's Python needs: the installation and the virtual environment."""
+    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    real = Path(os.path.realpath(sys.executable)).parent.parent
+    roots.add(real)
+    return sorted(roots)
+
+
+def _parents(path: Path) -> list[Path]:
+    return [p for p in reversed(path.parents) if p != Path("/")]
+
+
+def sandbox_argv(kernel_argv: list[str], run_dir: Path, work_dir: Path, files: list[Path],
+                 slot: int, limits: Limits) -> list[str]:
+    """The command that starts ``kernel_argv`` inside the sandbox."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise RuntimeError("bubblewrap (bwrap) is not installed")
+    argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
+    made: set[Path] = set()
+
+    def mkdirs(path: Path) -> None:
+        for parent in [*_parents(path), path]:
+            if parent not in made:
+                argv.extend(["--perms", "0755", "--dir", str(parent)])
+                made.add(parent)
+
+    for system in ("/usr", "/etc"):
+        argv += ["--ro-bind", system, system]
+    for link in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        target = Path("/") / link
+        if target.is_symlink():
+            argv += ["--symlink", os.readlink(target), str(target)]
+        elif target.is_dir():
+            argv += ["--ro-bind", str(target), str(target)]
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(limits.scratch_bytes), "--perms", "01777", "--tmpfs", "/tmp"]
+    for root in _python_roots():
+        if str(root).startswith(("/usr/", "/tmp/")):
+            continue
+        mkdirs(root.parent)
+        argv += ["--ro-bind", str(root), str(root)]
+        made.add(root)
+    # An editable install would point the kernel at the repository; hide its hooks.
+    for hook in glob.glob(str(Path(sys.prefix) / "lib" / "python*" / "site-packages"
+                              / "__editable__*")):
+        argv += ["--ro-bind", "/dev/null", hook]
+    mkdirs(run_dir.parent)
+    argv += ["--bind", str(run_dir), str(run_dir)]
+    argv += ["--size", str(limits.scratch_bytes), "--perms", "0777", "--tmpfs", str(work_dir)]
+    for file in files:
+        argv += ["--ro-bind", str(file), str(work_dir / file.name)]
+    env = {
+        "HOME": "/tmp", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "MPLCONFIGDIR": "/tmp/matplotlib", "IPYTHONDIR": "/tmp/ipython",
+        "NBGRADER_EXECUTION": "autograde", "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8",
+        "PYTHONNOUSERSITE": "1",
+    }
+    for name, value in env.items():
+        argv += ["--setenv", name, value]
+    argv += ["--chdir", str(work_dir)]
+    if os.geteuid() == 0:  # drop to an unprivileged user of this slot's own
+        uid = FIRST_SANDBOX_UID + slot
+        argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}",
+                 f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+    return [*limit_argv(limits), *argv, *kernel_argv]
+
+
+def limit_argv(limits: Limits) -> list[str]:
+    """prlimit in front of a command: rlimits that its whole process tree inherits."""
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        return []
+    return [prlimit, f"--as={limits.memory_bytes}", f"--cpu={limits.cpu_seconds}",
+            f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}",
+            f"--nofile={limits.open_files}", "--core=0", "--"]
+
+
+class SandboxKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernel starts inside the sandbox (or, unsandboxed, under rlimits).
+
+    Set ``sandbox_setup = (run_dir, work_dir, files, slot, limits, use_sandbox)`` before
+    starting the kernel.
+    """
+
+    sandbox_setup: tuple | None = None
+
+    def write_connection_file(self, **kwargs) -> tuple[str, dict]:
+        written = super().write_connection_file(**kwargs)
+        slot, use_sandbox = self.sandbox_setup[3], self.sandbox_setup[5]
+        if use_sandbox and os.geteuid() == 0:  # the kernel's own user must read it
+            os.chown(self.connection_file, FIRST_SANDBOX_UID + slot, FIRST_SANDBOX_UID + slot)
+        return written
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        argv = super().format_kernel_cmd(extra_arguments)
+        run_dir, work_dir, files, slot, limits, use_sandbox = self.sandbox_setup
+        if use_sandbox:
+            return sandbox_argv(argv, run_dir, work_dir, files, slot, limits)
+        return [*limit_argv(limits), *argv]
