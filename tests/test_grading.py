@@ -31,7 +31,8 @@ WRONG_ANSWERS = {
     "02_tensors_and_strides": ("broadcast_shapes",
                                "def broadcast_shapes(a, b):\n    return tuple(a)"),
     "03_matmul_flops": ("mfu", "def mfu(flops, seconds, peak_flops):\n    return flops / seconds"),
-    "04_backprop_flops": ("training_days", "def training_days(total_flops, n_gpus, peak_flops, mfu):"
+    "04_backprop_flops": ("training_days",
+                          "def training_days(total_flops, n_gpus, peak_flops, mfu):"
                           "\n    return total_flops / (n_gpus * peak_flops)"),
     "05_adamw_memory": ("largest_trainable_params",
                         "def largest_trainable_params(n_gpus, gpu_bytes, bytes_per_param):"
