@@ -205,6 +205,10 @@ def expected_notebook(lesson: Lesson) -> nbformat.NotebookNode:
             names = list(course.defines)
             cell.source = solution_cell_source(importlib.import_module(course.copy_of), names,
                                                given=names)
+            # Read-only for students; nbgrader restores it from the gradebook when grading.
+            cell.metadata["nbgrader"] = {"grade": False, "grade_id": f"given-{names[0]}",
+                                         "locked": True, "schema_version": 3,
+                                         "solution": False, "task": False}
         elif meta.get("grade") and grade_id.startswith("test-"):
             name = grade_id.removeprefix("test-")
             if not cases.get(name):
