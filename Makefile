@@ -10,8 +10,14 @@ TORCH ?= torch==2.13.0
 
 .PHONY: lab lab-smoke test lint setup clean
 
-# Installs again only when pyproject.toml changes.
+# Installs again only when pyproject.toml changes. Grading sandboxes student code with
+# bubblewrap (Linux only): installed here when we may (root with apt-get), else a note.
 $(VENV)/.installed: pyproject.toml
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "note: bubblewrap (bwrap) is not installed; grading needs it" \
+	    "(Debian/Ubuntu: sudo apt-get install bubblewrap)"; fi; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet '$(TORCH)'
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

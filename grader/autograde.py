@@ -128,7 +128,7 @@ def annotate(nb: NotebookNode, verdicts: list[Verdict], events: list[str]) -> No
 
 
 def grade_submission(notebook_path: Path, note: str, lesson: Lesson, student_id: str,
-                     db_url: str, slot: int, limits: Limits, use_sandbox: bool) -> Graded:
+                     db_url: str, limits: Limits, use_sandbox: bool) -> Graded:
     """Everything about one submission except writing the results down."""
     try:
         submitted = nbformat.read(notebook_path, as_version=4)
@@ -147,7 +147,7 @@ def grade_submission(notebook_path: Path, note: str, lesson: Lesson, student_id:
     files = [lesson.folder / name for name in lesson.data_files]
     plan = exercises(lesson)
     try:
-        run = run_submission(cleaned, files, plan, slot, limits, use_sandbox)
+        run = run_submission(cleaned, files, plan, limits, use_sandbox)
     except GradingError as error:
         return Graded(student_id, "needs_review", [*reasons, f"grading error: {error}"[:500]],
                       flags=flags)

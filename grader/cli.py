@@ -21,6 +21,7 @@ python -m grader release [LESSON ...]             student versions -> <course-di
 python -m grader autograde LESSON SUBMISSIONS     grade <student_id>/<notebook>.ipynb (folder, zip)
 python -m grader feedback LESSON                  HTML feedback per student
 python -m grader export [--csv FILE]              one row per student and lesson
+python -m grader report LESSON                    pass rates, score histogram, flagged ones
 python -m grader lab [--smoke]                    the student workspace in JupyterLab
 (every command takes --course-dir DIR; default: .course/ in the repository)
 """
@@ -57,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     feedback = commands.add_parser("feedback", parents=[common], help="HTML feedback pages")
     feedback.add_argument("lesson", metavar="LESSON")
+
+    report = commands.add_parser("report", parents=[common],
+                                 help="pass rates, score histogram, flagged submissions")
+    report.add_argument("lesson", metavar="LESSON")
 
     export = commands.add_parser("export", parents=[common], help="grades as CSV")
     export.add_argument("--csv", type=Path, metavar="FILE",
@@ -109,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "feedback":
         course.feedback(load_lesson(args.lesson))
+        return 0
+    if args.command == "report":
+        from grader.report import report
+
+        report(course, load_lesson(args.lesson))
         return 0
     if args.command == "export":
         course.export(args.csv or course.root / "grades.csv")

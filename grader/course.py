@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import queue
 import shutil
 import subprocess
 import sys
@@ -156,21 +155,15 @@ class Course:
                     statuses[early.student_id] = progress.done(early)
                 else:
                     pending.append(early)
-            slots: queue.Queue[int] = queue.Queue()
-            for slot in range(max(1, jobs)):
-                slots.put(slot)
 
             def work(item: tuple[str, Path, str]) -> Graded:
                 student_id, notebook, note = item
-                slot = slots.get()
                 try:
                     return grade_submission(notebook, note, lesson, student_id, self.db_url,
-                                            slot, limits, use_sandbox)
+                                            limits, use_sandbox)
                 except Exception as error:  # a bug of ours must not stop the batch
                     return Graded(student_id, "needs_review",
                                   [f"grading error: {type(error).__name__}: {error}"[:500]])
-                finally:
-                    slots.put(slot)
 
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 for graded in pool.map(work, pending):

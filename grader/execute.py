@@ -10,6 +10,7 @@ dropped with a note.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import secrets
@@ -27,9 +28,10 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_output
 
 from grader.probe import Exercise, Failure, parse_results, probe_source
-from grader.sandbox import FIRST_SANDBOX_UID, Limits, SandboxKernelManager
+from grader.sandbox import Limits, SandboxKernelManager, reap, sandbox_uid
 
 MAX_ATTEMPTS = 8
+PING = -1  # stands for a last, empty cell that checks the kernel outlived the notebook
 
 
 class GradingError(Exception):
@@ -71,23 +73,40 @@ class Run:
     attempts: int = 0
 
 
-def _runtime_dir(slot: int, use_sandbox: bool) -> Path:
+def _runtime_dir(uid: int | None, use_sandbox: bool) -> Path:
     """A short private folder for the connection file and IPC sockets (paths <= 107 bytes)."""
-    run_dir = Path(tempfile.mkdtemp(prefix=f"ctc{slot}-"))
-    if use_sandbox and os.geteuid() == 0:
-        os.chown(run_dir, FIRST_SANDBOX_UID + slot, FIRST_SANDBOX_UID + slot)
+    run_dir = Path(tempfile.mkdtemp(prefix="ctc-"))
+    if use_sandbox and uid is not None:
+        os.chown(run_dir, uid, uid)
     return run_dir
+
+
+async def _watch(uid: int, events: list[str]) -> None:
+    """Kill every process the kernel starts, as soon as it appears."""
+    warned = False
+    while True:
+        if reap(uid) and not warned:
+            events.append("killed processes that the notebook started")
+            warned = True
+        await asyncio.sleep(0.2)
+
+
+def _is_course_cell(cell: NotebookNode) -> bool:
+    """A locked cell the student cannot change (setup, checks, given code): not a test cell."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(meta.get("locked")) and not meta.get("grade") and not meta.get("solution")
 
 
 def _note(cell: NotebookNode, text: str) -> None:
     cell.outputs = [new_output("stream", name="stdout", text=f"[grader: {text}]\n")]
 
 
-async def _run(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...], slot: int,
-               limits: Limits, use_sandbox: bool) -> Run:
+async def _run(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...],
+               uid: int | None, limits: Limits, use_sandbox: bool) -> Run:
     start = time.monotonic()
     deadline = start + limits.notebook_seconds
     skipped: dict[int, str] = {}
+    failures: dict[int, int] = {}  # course cells that failed, and how often
     results: dict[str, list[object]] = {}
     events: list[str] = []
     attempts = 0
@@ -97,7 +116,7 @@ async def _run(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...], 
         if time.monotonic() > deadline:
             break
         executed = copy.deepcopy(nb)
-        run_dir = _runtime_dir(slot, use_sandbox)
+        run_dir = _runtime_dir(uid, use_sandbox)
         work_dir = Path("/tmp/work") if use_sandbox else run_dir / "work"
         if not use_sandbox:
             work_dir.mkdir()
@@ -106,35 +125,66 @@ async def _run(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...], 
         km = SandboxKernelManager(kernel_name="python3", transport="ipc",
                                   ip=str(run_dir / "k"),
                                   connection_file=str(run_dir / "kernel.json"))
-        km.sandbox_setup = (run_dir, work_dir, files, slot, limits, use_sandbox)
+        km.sandbox_setup = (run_dir, work_dir, files, uid, limits, use_sandbox)
         km.context.setsockopt(zmq.MAXMSGSIZE, limits.message_bytes)
         client = LimitedClient(executed, km=km, timeout=limits.cell_seconds, allow_errors=True,
-                               startup_timeout=60, output_limit=limits.output_bytes,
+                               startup_timeout=120, output_limit=limits.output_bytes,
                                resources={"metadata": {"path": str(work_dir)}},
                                iopub_timeout=4, shutdown_kernel="immediate")
         restart = False
+        watchdog = None
         log = tempfile.TemporaryFile()  # noqa: SIM115  # the kernel's output; closed below
         try:
             async with client.async_setup_kernel(cwd=str(run_dir if use_sandbox else work_dir),
                                                  stdout=log, stderr=log):
-                for index, cell in enumerate(executed.cells):
-                    if cell.cell_type != "code":
-                        continue
+                if uid is not None:
+                    watchdog = asyncio.create_task(_watch(uid, events))
+                previous = None  # the last code cell that ran
+                cells = [i for i, c in enumerate(executed.cells) if c.cell_type == "code"]
+                for index in [*cells, PING]:
+                    cell = executed.cells[index] if index != PING else new_code_cell("pass")
                     if index in skipped:
                         _note(cell, skipped[index])
                         continue
                     client.timeout = max(1, min(limits.cell_seconds,
                                                 int(deadline - time.monotonic())))
+                    if index == PING:  # is the kernel still there after the last cell?
+                        executed.cells.append(cell)
                     try:
-                        await client.async_execute_cell(cell, index)
+                        await client.async_execute_cell(cell, len(executed.cells) - 1
+                                                        if index == PING else index)
                     except CellTimeoutError:
-                        skipped[index] = "this cell ran past its time limit and was skipped"
+                        blamed, why = index, "ran past its time limit"
                     except DeadKernelError:
-                        skipped[index] = "this cell stopped the kernel and was skipped"
-                    if index in skipped:
-                        events.append(f"cell {index}: {skipped[index]}")
-                        restart = True
-                        break
+                        # A kernel that died before it began this cell was ended by the one
+                        # before (exit(), a timer): that one is skipped, not this.
+                        started = cell.get("execution_count") is not None
+                        blamed = index if started or previous is None else previous
+                        why = "stopped the kernel"
+                    else:
+                        previous = index if index != PING else previous
+                        continue
+                    finally:
+                        if index == PING:
+                            executed.cells.pop()
+                    if blamed == PING:  # the kernel did not outlive the last cell
+                        if previous is None:
+                            raise GradingError("the kernel stopped before any cell ran")
+                        blamed = previous
+                    restart = True
+                    blamed_cell = executed.cells[blamed]
+                    if _is_course_cell(blamed_cell):  # not the student's: try it once more
+                        failures[blamed] = failures.get(blamed, 0) + 1
+                        events.append(f"cell {blamed} (the course's) {why}; running it again")
+                        if failures[blamed] > 1:
+                            raise GradingError(
+                                f"the course's own cell {blamed} failed twice (time limit or "
+                                "kernel death): the machine may be overloaded; grade again "
+                                "with fewer --jobs or a longer --cell-timeout")
+                    else:
+                        skipped[blamed] = f"this cell {why} and was skipped"
+                        events.append(f"cell {blamed}: {skipped[blamed]}")
+                    break
                 if restart:
                     continue
                 for exercise in plan:
@@ -156,6 +206,13 @@ async def _run(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...], 
                 raise GradingError(f"the kernel did not start: {error}\n{said}") from error
             events.append(f"the kernel failed to start again: {error}")
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            # nbclient leaves a kernel it did not start running: stop it and all it left.
+            with contextlib.suppress(Exception):
+                await km.shutdown_kernel(now=True)
+            if uid is not None:
+                reap(uid, keep_kernel=False)
             shutil.rmtree(run_dir, ignore_errors=True)
             log.close()
         if client.truncated:
@@ -189,8 +246,9 @@ async def _probe(client: LimitedClient, exercise: Exercise, limits: Limits,
     return parse_results(text, nonce, len(exercise.checks))
 
 
-def run_submission(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...], slot: int,
+def run_submission(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...],
                    limits: Limits, use_sandbox: bool) -> Run:
     """Run ``nb`` (already sanitized) and probe every exercise of ``plan``."""
     nb = nbformat.from_dict(nb)
-    return asyncio.run(_run(nb, files, plan, slot, limits, use_sandbox))
+    with sandbox_uid() if use_sandbox else contextlib.nullcontext() as uid:
+        return asyncio.run(_run(nb, files, plan, uid, limits, use_sandbox))

@@ -16,16 +16,23 @@ so the environment is cleared.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import os
 import shutil
+import signal
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 
-FIRST_SANDBOX_UID = 64000  # slot n runs as uid 64000 + n when the grader is root
+FIRST_SANDBOX_UID = 64000  # when the grader is root, each kernel runs as a uid of its own
+SANDBOX_UIDS = 1000
+UID_LOCKS = Path(tempfile.gettempdir()) / "counting-the-cost-uids"
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,62 @@ class Limits:
     notebook_seconds: int = 300
     output_bytes: int = 2 * 2**20  # per notebook, beyond it outputs are dropped
     message_bytes: int = 32 * 2**20  # one kernel message; a larger one disconnects the kernel
+
+
+@contextlib.contextmanager
+def sandbox_uid() -> Iterator[int | None]:
+    """A uid no other sandbox (of this or another grading process) is using, while held.
+
+    None when the grader is not root: the kernel then runs as the grader's own user.
+    """
+    if os.geteuid() != 0:
+        yield None
+        return
+    UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    for uid in range(FIRST_SANDBOX_UID, FIRST_SANDBOX_UID + SANDBOX_UIDS):
+        handle = open(UID_LOCKS / f"{uid}.lock", "w")  # noqa: SIM115  # held while in use
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        try:
+            reap(uid, keep_kernel=False)  # whatever an earlier holder left behind
+            yield uid
+        finally:
+            reap(uid, keep_kernel=False)
+            handle.close()
+        return
+    raise RuntimeError("no free sandbox uid")
+
+
+def reap(uid: int, keep_kernel: bool = True) -> int:
+    """Kill the processes of ``uid`` that the kernel started (or all of them); how many.
+
+    Student code may not start processes: a fork bomb is stopped here, within a moment, rather
+    than left to slow down every other submission until its notebook ends.
+    """
+    owners: dict[int, tuple[int, int]] = {}  # pid -> (uid, parent pid)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            owners[int(entry.name)] = (int(fields["Uid"].split()[0]), int(fields["PPid"]))
+        except (OSError, KeyError, ValueError):
+            continue
+    killed = 0
+    for pid, (owner, parent) in owners.items():
+        if owner != uid:
+            continue
+        is_kernel = owners.get(parent, (None, 0))[0] != uid
+        if keep_kernel and is_kernel:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+    return killed
 
 
 def bwrap_path() -> str | None:
@@ -61,7 +124,7 @@ def _parents(path: Path) -> list[Path]:
 
 
 def sandbox_argv(kernel_argv: list[str], run_dir: Path, work_dir: Path, files: list[Path],
-                 slot: int, limits: Limits) -> list[str]:
+                 uid: int | None, limits: Limits) -> list[str]:
     """The command that starts ``kernel_argv`` inside the sandbox."""
     bwrap = bwrap_path()
     if bwrap is None:
@@ -111,8 +174,7 @@ def sandbox_argv(kernel_argv: list[str], run_dir: Path, work_dir: Path, files: l
     for name, value in env.items():
         argv += ["--setenv", name, value]
     argv += ["--chdir", str(work_dir)]
-    if os.geteuid() == 0:  # drop to an unprivileged user of this slot's own
-        uid = FIRST_SANDBOX_UID + slot
+    if uid is not None:  # drop to an unprivileged user of this kernel's own
         argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}",
                  f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
     return [*limit_argv(limits), *argv, *kernel_argv]
@@ -131,7 +193,7 @@ def limit_argv(limits: Limits) -> list[str]:
 class SandboxKernelManager(AsyncKernelManager):
     """A kernel manager whose kernel starts inside the sandbox (or, unsandboxed, under rlimits).
 
-    Set ``sandbox_setup = (run_dir, work_dir, files, slot, limits, use_sandbox)`` before
+    Set ``sandbox_setup = (run_dir, work_dir, files, uid, limits, use_sandbox)`` before
     starting the kernel.
     """
 
@@ -139,14 +201,14 @@ class SandboxKernelManager(AsyncKernelManager):
 
     def write_connection_file(self, **kwargs) -> tuple[str, dict]:
         written = super().write_connection_file(**kwargs)
-        slot, use_sandbox = self.sandbox_setup[3], self.sandbox_setup[5]
-        if use_sandbox and os.geteuid() == 0:  # the kernel's own user must read it
-            os.chown(self.connection_file, FIRST_SANDBOX_UID + slot, FIRST_SANDBOX_UID + slot)
+        uid, use_sandbox = self.sandbox_setup[3], self.sandbox_setup[5]
+        if use_sandbox and uid is not None:  # the kernel's own user must read it
+            os.chown(self.connection_file, uid, uid)
         return written
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         argv = super().format_kernel_cmd(extra_arguments)
-        run_dir, work_dir, files, slot, limits, use_sandbox = self.sandbox_setup
+        run_dir, work_dir, files, uid, limits, use_sandbox = self.sandbox_setup
         if use_sandbox:
-            return sandbox_argv(argv, run_dir, work_dir, files, slot, limits)
+            return sandbox_argv(argv, run_dir, work_dir, files, uid, limits)
         return [*limit_argv(limits), *argv]

@@ -1,0 +1,118 @@
+"""The sandbox that student code runs in: what it can see, write and reach."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from grader.sandbox import Limits, sandbox_argv, sandbox_uid
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not any(
+        (Path(d) / "bwrap").exists() for d in os.environ.get("PATH", "").split(os.pathsep)),
+    reason="the sandbox needs bubblewrap (make test installs it where it can)")
+
+REPO = Path(__file__).resolve().parent.parent
+
+PROBE = r"""
+import json, os, socket, sys
+report = {"uid": os.getuid(), "env": sorted(os.environ)}
+for path in [REPO, REPO + "/solutions", REPO + "/notebooks", COURSE, COURSE + "/gradebook.db",
+             "/root", os.getcwd()]:
+    try:
+        report[path] = sorted(os.listdir(path))
+    except OSError as error:
+        report[path] = type(error).__name__
+for path in ["/usr/pwned", sys.prefix + "/pwned", REPO + "/pwned", COURSE + "/pwned",
+             "/tmp/ok", os.getcwd() + "/ok"]:
+    try:
+        with open(path, "w") as handle:
+            handle.write("x")
+        report["write " + path] = "written"
+    except OSError as error:
+        report["write " + path] = type(error).__name__
+try:
+    with open("/tmp/big", "wb") as handle:
+        handle.write(b"x" * (FILE_LIMIT + 1))
+    report["big file"] = "written"
+except OSError as error:
+    report["big file"] = type(error).__name__
+try:
+    socket.create_connection(("127.0.0.1", 22), timeout=1)
+    report["network"] = "reached"
+except OSError as error:
+    report["network"] = type(error).__name__
+children = 0
+try:
+    for _ in range(2000):
+        pid = os.fork()
+        if pid == 0:
+            import time
+            time.sleep(3)
+            os._exit(0)
+        children += 1
+except OSError as error:
+    report["forks"] = [children, type(error).__name__]
+try:
+    hog = bytearray(MEMORY_LIMIT)
+    report["memory"] = "allocated"
+except MemoryError:
+    report["memory"] = "MemoryError"
+print(json.dumps(report))
+"""
+
+
+def run_in_sandbox(tmp_path: Path, code: str) -> dict:
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "gradebook.db").write_text("secret")
+    data = tmp_path / "hardware.json"
+    data.write_text("{}")
+    limits = Limits(memory_bytes=2 * 2**30, file_bytes=2**20, processes=64)
+    code = (code.replace("REPO", repr(str(REPO))).replace("COURSE", repr(str(course)))
+            .replace("FILE_LIMIT", str(limits.file_bytes))
+            .replace("MEMORY_LIMIT", str(limits.memory_bytes)))
+    with sandbox_uid() as uid:
+        run_dir = Path(tempfile.mkdtemp(prefix="ctc-test-"))
+        if uid is not None:
+            os.chown(run_dir, uid, uid)
+        argv = sandbox_argv([sys.executable, "-c", code], run_dir, Path("/tmp/work"), [data],
+                            uid, limits)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
+                              env={**os.environ, "JPY_PARENT_PID": "1"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_student_code_sees_no_course_files_and_writes_only_its_scratch(tmp_path) -> None:
+    report = run_in_sandbox(tmp_path, PROBE)
+    assert report[str(REPO)] == [".venv"]  # the environment, and nothing else of the repo
+    for hidden in ("/solutions", "/notebooks"):
+        assert report[str(REPO) + hidden] == "FileNotFoundError"
+    course = str(tmp_path / "course")
+    assert report[course] == "FileNotFoundError"
+    assert report[course + "/gradebook.db"] == "FileNotFoundError"
+    assert report["/tmp/work"] == ["hardware.json"]  # only the lesson's own data files
+    for path, outcome in report.items():
+        if path.startswith("write "):
+            writable = path.endswith(("/tmp/ok", "/tmp/work/ok"))
+            assert (outcome == "written") == writable, (path, outcome)
+    assert not (REPO / "pwned").exists() and not (tmp_path / "course" / "pwned").exists()
+
+
+def test_student_code_is_limited_and_offline(tmp_path) -> None:
+    report = run_in_sandbox(tmp_path, PROBE)
+    assert report["network"] == "OSError" or report["network"].endswith("Error")
+    assert report["network"] != "reached"
+    assert report["big file"] != "written"
+    assert report["memory"] == "MemoryError"
+    assert "JPY_PARENT_PID" not in report["env"]
+    if os.geteuid() == 0:  # processes are limited per uid, and only a root grader owns one
+        assert report["uid"] >= 64000
+        assert report["forks"][0] < 64 and report["forks"][1] == "BlockingIOError"
