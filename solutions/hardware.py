@@ -21,7 +21,7 @@ def load_hardware(path: str | Path = HARDWARE_JSON) -> dict[str, dict[str, Any]]
     """The accelerators of ``hardware.json``, by name (``"H100 SXM"``, ``"A100 SXM 80GB"``...).
 
     Args:
-        path: the JSON file; defaults to the repository's ``data/hardware.json``.
+        path: the JSON file (in a lesson folder, its own copy: ``"hardware.json"``).
 
     Returns:
         ``{name: {"memory_bandwidth": bytes/s, "memory_bytes": bytes, "peak_flops": {dtype:
@@ -137,7 +137,8 @@ def detect_cpu() -> dict[str, Any]:
         source["clock_hz"] = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
     elif _is_number(fields.get("cpu MHz", "")):
         info["clock_hz"] = float(fields["cpu MHz"]) * 1e6
-        source["clock_hz"] = "'cpu MHz' in /proc/cpuinfo (the clock when read, not the maximum)"
+        source["clock_hz"] = ("'cpu MHz' in /proc/cpuinfo: the clock when read, which can be "
+                              "below the turbo clock a busy core reaches")
     elif ghz_in_name and _is_number(ghz_in_name[1]):
         info["clock_hz"] = float(ghz_in_name[1]) * 1e9
         source["clock_hz"] = "base clock in the model name in /proc/cpuinfo"

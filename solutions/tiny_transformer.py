@@ -88,7 +88,7 @@ class TinyTransformer(nn.Module):
                  d_ff: int | None = None, tied_embeddings: bool = False) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model)  # a lookup: no matmul, 0 FLOPs
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff or 4 * d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, 4 * d_model if d_ff is None else d_ff)
                                     for _ in range(n_layers))
         self.unembedding = None if tied_embeddings else nn.Linear(d_model, vocab_size, bias=False)
 
