@@ -8,16 +8,17 @@ BIN := $(VENV)/bin
 # build of this version suits the platform; override with  make TORCH='torch==X.Y'  if needed.
 TORCH ?= torch==2.13.0
 
-.PHONY: lab lab-smoke test lint setup clean
+.PHONY: lab lab-smoke demo test lint setup clean
 
 # Installs again only when pyproject.toml changes. Grading sandboxes student code with
-# bubblewrap (Linux only): installed here when we may (root with apt-get), else a note.
+# bubblewrap (Linux only); the browser test drives Debian's chromium. Both are installed here
+# when we may (root with apt-get), else a note says what is missing.
 $(VENV)/.installed: pyproject.toml
-	@command -v bwrap >/dev/null || { \
+	@if ! command -v bwrap >/dev/null || ! command -v chromium >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
-	  else echo "note: bubblewrap (bwrap) is not installed; grading needs it" \
-	    "(Debian/Ubuntu: sudo apt-get install bubblewrap)"; fi; }
+	    apt-get update -qq && apt-get install -y -qq bubblewrap chromium >/dev/null; \
+	  else echo "note: grading needs bubblewrap, the browser test chromium" \
+	    "(Debian/Ubuntu: sudo apt-get install bubblewrap chromium)"; fi; fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet '$(TORCH)'
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -30,6 +31,10 @@ lab: $(VENV)/.installed
 
 lab-smoke: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader lab --smoke --workspace build/smoke-workspace
+
+# make demo LESSON=03_matmul_flops: the instructor version, solutions filled in, for class.
+demo: $(VENV)/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader demo $(LESSON)
 
 test: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup

@@ -23,6 +23,7 @@ python -m grader feedback LESSON                  HTML feedback per student
 python -m grader export [--csv FILE]              one row per student and lesson
 python -m grader report LESSON                    pass rates, score histogram, flagged ones
 python -m grader lab [--smoke]                    the student workspace in JupyterLab
+python -m grader demo LESSON [--fresh]            a lesson's instructor version, for class
 (every command takes --course-dir DIR; default: .course/ in the repository)
 """
 
@@ -66,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", parents=[common], help="grades as CSV")
     export.add_argument("--csv", type=Path, metavar="FILE",
                         help="where to write (default: <course-dir>/grades.csv)")
+
+    demo = commands.add_parser("demo", parents=[common],
+                               help="open a lesson's instructor version in JupyterLab")
+    demo.add_argument("lesson", metavar="LESSON")
+    demo.add_argument("--fresh", action="store_true", help="start from a new copy")
+    demo.add_argument("--port", type=int, default=0, help="port (default: any free one)")
 
     lab = commands.add_parser("lab", parents=[common], help="open the course in JupyterLab")
     lab.add_argument("--workspace", type=Path, metavar="DIR",
@@ -123,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "export":
         course.export(args.csv or course.root / "grades.csv")
         return 0
+    if args.command == "demo":
+        from grader.lab import demo
+
+        return demo(course, load_lesson(args.lesson), fresh=args.fresh, port=args.port)
     if args.command == "lab":
         from grader.lab import lab
 

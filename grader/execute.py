@@ -47,6 +47,15 @@ class LimitedClient(NotebookClient):
         self.output_used = 0
         self.truncated = False
         self.unlimited = False  # probe cells: their (bounded) output must arrive whole
+        self.on_cell_executed = self.on_exit_payload
+
+    asked_to_exit = False
+
+    def on_exit_payload(self, cell, cell_index, execute_reply) -> None:
+        """nbclient's on_cell_executed hook: notice exit() and quit()."""
+        payloads = (execute_reply or {}).get("content", {}).get("payload", [])
+        if any(p.get("source") == "ask_exit" for p in payloads if isinstance(p, dict)):
+            self.asked_to_exit = True
 
     def output(self, outs, msg, display_id, cell_index):
         size = len(str(msg.get("content", "")))
@@ -150,9 +159,12 @@ async def _run(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...],
                                                 int(deadline - time.monotonic())))
                     if index == PING:  # is the kernel still there after the last cell?
                         executed.cells.append(cell)
+                    client.asked_to_exit = False
                     try:
                         await client.async_execute_cell(cell, len(executed.cells) - 1
                                                         if index == PING else index)
+                        if client.asked_to_exit:  # exit(): the kernel ends a moment later
+                            raise DeadKernelError("exit() was called")
                     except CellTimeoutError:
                         blamed, why = index, "ran past its time limit"
                     except DeadKernelError:

@@ -8,6 +8,7 @@ answers, and stops it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -19,6 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from grader.course import Course
@@ -91,14 +93,16 @@ def _request(url: str, token: str, data: dict | None = None) -> bytes:
         return response.read()
 
 
-def smoke_test(workspace: Path, lessons: list[Lesson], port: int, env: dict[str, str]) -> int:
-    """Start JupyterLab headless on loopback, check it serves the course, stop it."""
+@contextlib.contextmanager
+def running_lab(root: Path, env: dict[str, str], port: int = 0,
+                *options: str) -> Iterator[tuple[str, str]]:
+    """A JupyterLab server on loopback over ``root`` while in the block: (base url, token)."""
     port = port or _free_port()
     token = secrets.token_hex(16)
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        lab_command(workspace, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-                    f"--IdentityProvider.token={token}"),
+        lab_command(root, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+                    f"--IdentityProvider.token={token}", *options),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
     try:
@@ -113,6 +117,18 @@ def smoke_test(workspace: Path, lessons: list[Lesson], port: int, env: dict[str,
                                       + (server.stdout.read() if server.poll() is not None
                                          else "no answer within the time limit")) from None
                 time.sleep(0.5)
+        yield base, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def smoke_test(workspace: Path, lessons: list[Lesson], port: int, env: dict[str, str]) -> int:
+    """Start JupyterLab headless on loopback, check it serves the course, stop it."""
+    with running_lab(workspace, env, port) as (base, token):
         listed = {item["name"] for item in json.loads(_request(f"{base}/api/contents", token))
                   ["content"]}
         missing = [lesson.name for lesson in lessons if lesson.name not in listed]
@@ -129,12 +145,6 @@ def smoke_test(workspace: Path, lessons: list[Lesson], port: int, env: dict[str,
             raise CourseError(f"nbgrader's Validate did not run on {path}: {answer}")
         print(f"nbgrader extension loaded; Validate ran on {path}")
         return 0
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int = 0) -> int:
@@ -147,4 +157,33 @@ def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int =
     print(f"opening JupyterLab in {workspace} (Ctrl-C twice to stop)")
     command = lab_command(workspace, *([f"--port={port}"] if port else []))
     os.execve(sys.executable, command, env)
+    return 0  # not reached
+
+
+def prepare_demo(course: Course, lesson: Lesson, fresh: bool = False) -> Path:
+    """The instructor version of ``lesson`` (solutions filled in) in ``<course>/demo/LESSON``.
+
+    A copy, so that running it in class never touches notebooks/; kept between runs (with
+    whatever was changed in class) unless ``fresh``.
+    """
+    target = course.root / "demo" / lesson.name
+    if target.exists() and fresh:
+        shutil.rmtree(target)
+    if not target.exists():
+        shutil.copytree(lesson.folder, target,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        course.log(f"instructor version of {lesson.name} copied to {target}")
+    else:
+        course.log(f"reopening {target} (pass --fresh for a new copy)")
+    return target
+
+
+def demo(course: Course, lesson: Lesson, fresh: bool = False, port: int = 0) -> int:
+    """Open the instructor version of a lesson in JupyterLab, ready to run top to bottom."""
+    target = prepare_demo(course, lesson, fresh)
+    notebook = f"{lesson.name}/{lesson.notebook.name}"
+    print(f"opening {notebook} in JupyterLab (Run > Run All Cells; Ctrl-C twice to stop)")
+    command = lab_command(target.parent, f"--LabApp.default_url=/lab/tree/{notebook}",
+                          *([f"--port={port}"] if port else []))
+    os.execve(sys.executable, command, lab_environment(course))
     return 0  # not reached
