@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -29,6 +28,7 @@ from solutions.memory import (
     quantize_blockwise,
     training_memory,
 )
+from tests.line_count import lines_run
 
 torch_settings = settings(deadline=None, max_examples=60)
 
@@ -366,22 +366,9 @@ def test_quantised_bytes_are_one_per_element_plus_four_per_block(n: int, block_s
 def test_quantize_runs_a_fixed_number_of_python_lines_whatever_the_number_of_blocks() -> None:
     counts = []
     for n_blocks in (1, 5_000):
-        lines = 0
-
-        def count_lines(frame, event, arg):  # a tracer, counting lines run in solutions/memory.py
-            nonlocal lines
-            if frame.f_code.co_filename == memory.__file__:
-                lines += event == "line"
-                return count_lines
-            return None
-
         x = torch.randn(n_blocks * 4)
-        previous = sys.gettrace()
-        sys.settrace(count_lines)
-        try:
-            dequantize_blockwise(*quantize_blockwise(x, 4), x.shape, 4)
-        finally:
-            sys.settrace(previous)
+        lines, _ = lines_run(memory, lambda x=x: dequantize_blockwise(
+            *quantize_blockwise(x, 4), x.shape, 4))
         counts.append(lines)
     assert counts[0] == counts[1] > 0
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 
 import jaxtyping
 import pytest
@@ -27,6 +26,7 @@ from solutions.strides import (
     transpose,
     view_strides,
 )
+from tests.line_count import lines_run
 
 FEW = settings(max_examples=200, deadline=None)
 
@@ -348,22 +348,9 @@ def test_as_strided_rejects_reads_past_the_storage_like_torch() -> None:
 
 
 def test_as_strided_runs_a_few_python_lines_not_one_per_element() -> None:
-    lines = 0
-
-    def count_lines(frame, event, arg):  # a tracer, counting lines run in solutions/strides.py
-        nonlocal lines
-        if frame.f_code.co_filename == strides.__file__:
-            lines += event == "line"
-            return count_lines
-        return None
-
     storage = torch.arange(10_000, dtype=torch.int32)
-    previous = sys.gettrace()
-    sys.settrace(count_lines)
-    try:
-        got = as_strided(storage, (100, 100), (1, 100))  # 10,000 elements, read transposed
-    finally:
-        sys.settrace(previous)
+    # 10,000 elements, read transposed
+    lines, got = lines_run(strides, lambda: as_strided(storage, (100, 100), (1, 100)))
     assert torch.equal(got, storage.view(100, 100).T)
     assert 0 < lines < 100  # a loop over elements would run at least 10,000 lines
 
