@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,7 +129,8 @@ def annotate(nb: NotebookNode, verdicts: list[Verdict], events: list[str]) -> No
 
 
 def grade_submission(notebook_path: Path, note: str, lesson: Lesson, student_id: str,
-                     db_url: str, limits: Limits, use_sandbox: bool) -> Graded:
+                     db_url: str, limits: Limits, use_sandbox: bool,
+                     gradebook_lock: AbstractContextManager = nullcontext()) -> Graded:
     """Everything about one submission except writing the results down."""
     try:
         submitted = nbformat.read(notebook_path, as_version=4)
@@ -138,7 +140,8 @@ def grade_submission(notebook_path: Path, note: str, lesson: Lesson, student_id:
     source = nbformat.read(lesson.notebook, as_version=4)
     reasons = [note] if note else []
     try:
-        cleaned, notes = sanitize(submitted, lesson, student_id, db_url)
+        with gradebook_lock:  # nbgrader's preprocessors read the gradebook
+            cleaned, notes = sanitize(submitted, lesson, student_id, db_url)
     except Exception as error:
         return Graded(student_id, "invalid", [f"the notebook could not be prepared for "
                                               f"grading ({type(error).__name__}: {error})"[:300]])

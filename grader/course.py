@@ -6,8 +6,12 @@ Everything lives in one course directory (default ``.course/`` in the repository
     gradebook.db         nbgrader's gradebook
     source/LESSON/       copy of notebooks/LESSON, refreshed by release
     release/LESSON/      student version (solutions and hidden tests stripped)
-    submitted/STUDENT/LESSON/, autograded/..., feedback/...   nbgrader's usual folders
-    grading_status.json  per submission: graded / needs_review / invalid, and why
+    submitted/STUDENT/LESSON/  the notebook as handed in (nothing else is copied)
+    autograded/STUDENT/LESSON/ the notebook as run in the sandbox, with each exercise's result
+    feedback/STUDENT/LESSON/   nbgrader's HTML feedback
+    grading_status.json  per submission: graded / needs_review / invalid, why, and per exercise
+    reports/LESSON/      pass rates, score histogram, flagged submissions
+    demo/LESSON/         the instructor version, for running in class
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +41,6 @@ from grader.sync import sync_lesson
 COURSE_ID = "counting-the-cost"
 DEFAULT_COURSE_DIR = REPO / ".course"
 STATUS_FILE = "grading_status.json"
-CELL_TIMEOUT_SECONDS = 120
 MAX_ZIP_BYTES = 2 * 2**30  # unpacked size of an LMS zip we accept
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 STUDENT_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._@+-")
@@ -46,7 +50,6 @@ CONFIG_TEMPLATE = """\
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = {root!r}
 c.CourseDirectory.course_id = {course_id!r}
-c.Execute.timeout = {timeout}  # for plain `nbgrader autograde`; ours: --cell-timeout
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "grader.preprocessors.RedactHiddenTests",
@@ -64,13 +67,13 @@ class Course:
 
     def __post_init__(self) -> None:
         self._details: dict[str, dict[str, dict]] = {}
+        self._gradebook_lock = threading.Lock()  # one reader or writer of the gradebook at once
         self.root = self.root.resolve()
         if self.root.exists() and not self.root.is_dir():
             raise CourseError(f"course directory {self.root} exists and is not a folder")
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "nbgrader_config.py").write_text(
-            CONFIG_TEMPLATE.format(root=str(self.root), course_id=COURSE_ID,
-                                   timeout=CELL_TIMEOUT_SECONDS))
+            CONFIG_TEMPLATE.format(root=str(self.root), course_id=COURSE_ID))
 
     # ------------------------------------------------------------------ nbgrader
 
@@ -160,14 +163,15 @@ class Course:
                 student_id, notebook, note = item
                 try:
                     return grade_submission(notebook, note, lesson, student_id, self.db_url,
-                                            limits, use_sandbox)
+                                            limits, use_sandbox, self._gradebook_lock)
                 except Exception as error:  # a bug of ours must not stop the batch
                     return Graded(student_id, "needs_review",
                                   [f"grading error: {type(error).__name__}: {error}"[:500]])
 
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 for graded in pool.map(work, pending):
-                    self._store(lesson, graded)
+                    with self._gradebook_lock:
+                        self._store(lesson, graded)
                     statuses[graded.student_id] = progress.done(graded)
             progress.finish()
         self._record(lesson, statuses)
