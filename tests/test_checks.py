@@ -149,3 +149,41 @@ def test_feedback_redacts_the_hidden_region_and_errors_raised_by_hidden_checks()
         "error", ename="AssertionError", evalue="decode(1, FP16): expected 5.96e-08, got 0.0")])
     assert RedactHiddenTests().preprocess_cell(visible, {}, 0)[0].outputs[0].evalue.startswith(
         "decode(1, FP16)")  # visible failures keep their message
+
+
+def test_export_quotes_fields_and_defuses_spreadsheet_formulas(tmp_path) -> None:
+    import csv
+
+    from grader.course import Course
+
+    course = Course(tmp_path / "course", log=lambda _: None)
+    course.grades = lambda: [{"student_id": "ann", "lesson": "01_float_formats", "score": 3.0,
+                              "max_score": 14.0, "status": "needs_review",
+                              "reason": '=HYPERLINK("http://x", "click"), "quoted"'}]
+    course.export(tmp_path / "grades.csv")
+    text = (tmp_path / "grades.csv").read_text()
+    row = next(csv.DictReader(text.splitlines()))
+    assert row["reason"].startswith("'=HYPERLINK")  # shown as text, never run as a formula
+    assert '"ann"' in text and row["score"] == "3.0"
+
+
+def test_unsafe_zips_are_refused_whole(tmp_path, monkeypatch) -> None:
+    import stat
+    import zipfile
+
+    from grader import course
+    from grader.course import _unpacked
+    from grader.lessons import CourseError
+
+    monkeypatch.setattr(course, "MAX_ZIP_BYTES", 1000)  # stands for 2 GiB
+    link = tmp_path / "link.zip"
+    with zipfile.ZipFile(link, "w") as archive:
+        member = zipfile.ZipInfo("alice/float_formats.ipynb")
+        member.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(member, "/etc/passwd")
+    huge = tmp_path / "huge.zip"  # a zip bomb in small: 1 MB of zeros packs into 1 kB
+    with zipfile.ZipFile(huge, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("bob/float_formats.ipynb", b"\0" * 2**20)
+    for bad, why in [(link, "link"), (huge, "GiB")]:
+        with pytest.raises(CourseError, match=why), _unpacked(bad, tmp_path):
+            pass
