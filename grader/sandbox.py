@@ -150,7 +150,7 @@ def sandbox_argv(kernel_argv: list[str], run_dir: Path, work_dir: Path, files: l
     argv += ["--proc", "/proc", "--dev", "/dev",
              "--size", str(limits.scratch_bytes), "--perms", "01777", "--tmpfs", "/tmp"]
     for root in _python_roots():
-        if str(root).startswith(("/usr/", "/tmp/")):
+        if str(root).startswith("/usr/"):  # bound already
             continue
         mkdirs(root.parent)
         argv += ["--ro-bind", str(root), str(root)]
