@@ -33,6 +33,8 @@ from jupyter_client.manager import AsyncKernelManager
 FIRST_SANDBOX_UID = 64000  # when the grader is root, each kernel runs as a uid of its own
 SANDBOX_UIDS = 1000
 UID_LOCKS = Path(tempfile.gettempdir()) / "counting-the-cost-uids"
+MAX_CHILDREN = 8  # processes the kernel may have started at once
+CHILD_SECONDS = 5  # how long one of them may live
 
 
 @dataclass(frozen=True)
@@ -79,28 +81,39 @@ def sandbox_uid() -> Iterator[int | None]:
 
 
 def reap(uid: int, keep_kernel: bool = True) -> int:
-    """Kill the processes of ``uid`` that the kernel started (or all of them); how many.
+    """Kill processes of ``uid``: all of them, or (``keep_kernel``) those the kernel started
+    that linger or multiply; return how many.
 
-    Student code may not start processes: a fork bomb is stopped here, within a moment, rather
-    than left to slow down every other submission until its notebook ends.
+    A library may run a helper for a moment (matplotlib runs fc-list once), so a child is
+    left alone for CHILD_SECONDS, unless there are more than MAX_CHILDREN: a fork bomb is
+    stopped within a moment rather than left to slow every other submission down.
     """
-    owners: dict[int, tuple[int, int]] = {}  # pid -> (uid, parent pid)
+    owners: dict[int, tuple[int, int, float]] = {}  # pid -> (uid, parent pid, start tick)
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/status") as status:
                 fields = dict(line.split(":", 1) for line in status if ":" in line)
-            owners[int(entry.name)] = (int(fields["Uid"].split()[0]), int(fields["PPid"]))
-        except (OSError, KeyError, ValueError):
+            with open(f"/proc/{entry.name}/stat") as stat:
+                started = float(stat.read().rsplit(")", 1)[1].split()[19])
+            owners[int(entry.name)] = (int(fields["Uid"].split()[0]), int(fields["PPid"]),
+                                       started)
+        except (OSError, KeyError, ValueError, IndexError):
             continue
+    children = [pid for pid, (owner, parent, _) in owners.items()
+                if owner == uid and owners.get(parent, (None, 0, 0))[0] == uid]
+    if not keep_kernel:
+        doomed = [pid for pid, (owner, _, _) in owners.items() if owner == uid]
+    elif len(children) > MAX_CHILDREN:
+        doomed = children
+    else:
+        with open("/proc/uptime") as uptime:
+            now = float(uptime.read().split()[0]) * os.sysconf("SC_CLK_TCK")
+        ticks = CHILD_SECONDS * os.sysconf("SC_CLK_TCK")
+        doomed = [pid for pid in children if now - owners[pid][2] > ticks]
     killed = 0
-    for pid, (owner, parent) in owners.items():
-        if owner != uid:
-            continue
-        is_kernel = owners.get(parent, (None, 0))[0] != uid
-        if keep_kernel and is_kernel:
-            continue
+    for pid in doomed:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             killed += 1
