@@ -19,7 +19,7 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
 from grader.execute import GradingError, run_submission
-from grader.lessons import Lesson
+from grader.lessons import BEGIN_HIDDEN, END_HIDDEN, Lesson
 from grader.probe import Verdict, exercises, judge
 from grader.sandbox import Limits
 
@@ -104,10 +104,9 @@ def sanitize(nb: NotebookNode, lesson: Lesson, student_id: str, db_url: str,
 def _strip_hidden_everywhere(nb: NotebookNode) -> None:
     """Replace every hidden region by a comment: the kernel must never see a hidden check."""
     for cell in nb.cells:
-        while "### BEGIN HIDDEN TESTS" in cell.get("source", ""):
-            before, rest = cell.source.split("### BEGIN HIDDEN TESTS", 1)
-            after = rest.split("### END HIDDEN TESTS", 1)[1] if "### END HIDDEN TESTS" in rest \
-                else ""
+        while BEGIN_HIDDEN in cell.get("source", ""):
+            before, rest = cell.source.split(BEGIN_HIDDEN, 1)
+            after = rest.split(END_HIDDEN, 1)[1] if END_HIDDEN in rest else ""
             cell.source = before + HIDDEN_NOTE + after
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import nbformat
 
 from grader.autograde import Graded, grade_submission
-from grader.lessons import REPO, CourseError, Lesson, load_lesson
+from grader.lessons import REPO, CourseError, Lesson
 from grader.sandbox import Limits, bwrap_path
 from grader.sync import sync_lesson
 
@@ -379,7 +379,3 @@ def _tail(text: str, lines: int = 25) -> str:
 
 def open_course(course_dir: str | None, log: Callable[[str], None] = print) -> Course:
     return Course(Path(course_dir) if course_dir else DEFAULT_COURSE_DIR, log)
-
-
-def lesson(name: str) -> Lesson:
-    return load_lesson(name)

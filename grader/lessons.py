@@ -13,6 +13,8 @@ NOTEBOOKS = REPO / "notebooks"
 DATA = REPO / "data"
 CHECKS_SOURCE = Path(__file__).resolve().parent / "notebook_checks.py"
 LESSON_NAME = re.compile(r"^\d\d_[a-z0-9_]+$")
+# nbgrader's markers around the hidden part of a test cell.
+BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 
 
 class CourseError(Exception):

@@ -6,7 +6,7 @@ from nbconvert.preprocessors import Preprocessor
 from nbformat import NotebookNode
 from traitlets import Bool
 
-BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+from grader.lessons import BEGIN_HIDDEN, END_HIDDEN
 
 
 class RedactHiddenTests(Preprocessor):

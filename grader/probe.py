@@ -23,7 +23,7 @@ import nbformat
 import torch
 
 from grader.cases import as_case
-from grader.lessons import Lesson
+from grader.lessons import BEGIN_HIDDEN, Lesson
 from grader.notebook_checks import _difference
 
 MAX_RESULT_CHARS = 48 * 2**20
@@ -173,7 +173,7 @@ class Exercise:
 
 def _visible_checks(source: str) -> list[tuple[str, float, float]]:
     """``check("expr", ...)`` calls of a test cell's visible part: (expr, rel_tol, abs_tol)."""
-    visible = source.split("### BEGIN HIDDEN TESTS")[0]
+    visible = source.split(BEGIN_HIDDEN)[0]
     found = []
     for node in ast.walk(ast.parse(visible)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)

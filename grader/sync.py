@@ -27,11 +27,10 @@ import nbformat
 import torch
 
 from grader.cases import Case, as_case
-from grader.lessons import CHECKS_SOURCE, DATA, CourseError, Lesson
+from grader.lessons import BEGIN_HIDDEN, CHECKS_SOURCE, DATA, END_HIDDEN, CourseError, Lesson
 from grader.notebook_checks import _difference
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
-BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 MAX_LITERAL_ELEMENTS = 64  # larger tensors need an oracle expression (Case.expected)
 
 
