@@ -234,9 +234,11 @@ def dequantize_blockwise(
         raise ValueError(f"{n} codes in blocks of {block_size} need {-(-n // block_size)} "
                          f"scales, got shape {tuple(scales.shape)}: is block_size the one "
                          "used to quantise?")
-    # absmax / 127 first: q * absmax could overflow float32 for absmax near its maximum.
-    step = (scales.to(torch.float32) / 127).repeat_interleave(block_size)[:n]
-    return (q.to(torch.float32) * step).reshape(shape)
+    # In float64, q * absmax is exact and cannot overflow, and the one rounding of / 127 keeps
+    # |result| <= absmax, so the cast back to float32 is finite. In float32, either order can
+    # overflow near float32's maximum: q * absmax directly, or 127 * (absmax / 127) rounded up.
+    absmax = scales.to(torch.float64).repeat_interleave(block_size)[:n]
+    return (q.to(torch.float64) * absmax / 127).to(torch.float32).reshape(shape)
 
 
 def largest_trainable_params(n_gpus: int, gpu_bytes: float, bytes_per_param: float) -> int:

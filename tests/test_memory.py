@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -301,6 +301,8 @@ def block_absmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
 
 @torch_settings
 @given(float_tensors())
+@example((torch.tensor([3.4028235e38]), 1))  # float32's maximum: 127 * (absmax / 127) overflowed
+@example((torch.tensor([-3.4028235e38, 1.0, 2.0**-149]), 2))
 def test_dequantised_values_are_within_absmax_over_254_of_the_input(case) -> None:
     x, block_size = case
     q, scales = quantize_blockwise(x, block_size)
@@ -312,10 +314,10 @@ def test_dequantised_values_are_within_absmax_over_254_of_the_input(case) -> Non
     absmax = block_absmax(x, block_size)
     # In exact arithmetic the error is at most half a step, absmax / 254. Float32 adds: x/absmax*127
     # is off by at most 2 * 2**-24 * 127 (two roundings of a value <= 127), which can move q across
-    # a rounding boundary, costing that times the step absmax/127: absmax * 2**-23. absmax/127 and
-    # q * step round by 2**-24 each, relative to results <= absmax: another absmax * 2**-23. Both
-    # stay below absmax * 2**-20. Where absmax/127 is subnormal, its absolute error (<= 2**-150)
-    # times |q| <= 127, plus the product's own rounding, stays below 2**-140.
+    # a rounding boundary, costing that times the step absmax/127: absmax * 2**-23. Dequantising
+    # (in float64, then cast) rounds once more, by at most absmax * 2**-24 relative to a result
+    # <= absmax, or 2**-150 where the float32 result is subnormal. In all, below
+    # absmax * 2**-20 + 2**-140.
     bound = absmax / 254 + absmax * 2**-20 + 2**-140
     assert bool(((restored.reshape(-1).double() - x.reshape(-1).double()).abs() <= bound).all())
 
