@@ -1,6 +1,7 @@
 # Checks for the exercises. `check("f(1, 2)", expected)` runs f(1, 2) and stops with a one-line
 # message when the result differs from `expected`. Types are compared before values: a float
 # must be a float, a tensor must have the expected dtype and shape, nan equals nan, -0.0 is not 0.0.
+# `check_raises("f(-1)", ValueError)` passes when f(-1) raises a ValueError (or a subclass).
 import math as _math
 import sys as _sys
 
@@ -20,6 +21,21 @@ def check(expression: str, expected: object, *, rel_tol: float = 0.0, abs_tol: f
     problem = _difference(got, expected, rel_tol, abs_tol)
     if problem is not None:
         raise AssertionError(f"{expression}: {problem}")
+
+
+def check_raises(expression: str, error: type[Exception]):
+    """Evaluate ``expression`` in the notebook's namespace; it must raise ``error``."""
+    namespace = _sys._getframe(1).f_globals
+    try:
+        got = eval(expression, namespace)
+    except NotImplementedError:
+        raise AssertionError(f"{expression}: not implemented yet") from None
+    except error:
+        return
+    except Exception as other:
+        message = f"{expression}: expected {error.__name__}, got {type(other).__name__}: {other}"
+        raise AssertionError(message) from other
+    raise AssertionError(f"{expression}: expected {error.__name__}, got a result {got!r:.200}")
 
 
 def _type_name(value: object) -> str:

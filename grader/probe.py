@@ -22,7 +22,7 @@ from functools import cache
 import nbformat
 import torch
 
-from grader.cases import as_case
+from grader.cases import Case, as_case, reference_raises
 from grader.lessons import BEGIN_HIDDEN, Lesson
 from grader.notebook_checks import _difference
 
@@ -73,7 +73,9 @@ def _ctc_probe(_ctc_namespace, _ctc_expressions, _ctc_nonce):
         except NotImplementedError:
             results.append({"t": "error", "v": "not implemented yet"})
         except Exception as error:
-            results.append({"t": "error", "v": f"{type(error).__name__}: {error}"[:500]})
+            raised = [c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins"]
+            results.append({"t": "error", "v": f"{type(error).__name__}: {error}"[:500],
+                            "raised": raised[:20]})
     sys.stdout.write(_ctc_nonce + json.dumps(results) + _ctc_nonce + "\n")
     sys.stdout.flush()
 '''
@@ -91,9 +93,18 @@ class Unreadable(Exception):
 
 @dataclass(frozen=True)
 class Failure:
-    """What the kernel said instead of a value."""
+    """What the kernel said instead of a value: a message, and where the call raised an
+    exception, the names of the built-in exception classes it is an instance of."""
 
     message: str
+    raised: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Raises:
+    """The expected outcome of a ``check_raises`` check: the built-in exception it names."""
+
+    name: str
 
 
 def decode(item: object, depth: int = 0) -> object:
@@ -102,7 +113,9 @@ def decode(item: object, depth: int = 0) -> object:
         raise Unreadable("malformed result")
     kind, value = item["t"], item.get("v")
     if kind == "error":
-        return Failure(str(value)[:500])
+        raised = item.get("raised", [])
+        names = tuple(str(n)[:100] for n in raised[:20]) if isinstance(raised, list) else ()
+        return Failure(str(value)[:500], names)
     if kind == "other":
         return Failure(f"returned {str(value)[:200]}")
     if kind == "none":
@@ -171,18 +184,23 @@ class Exercise:
     checks: list[Check] = field(default_factory=list)
 
 
-def _visible_checks(source: str) -> list[tuple[str, float, float]]:
-    """``check("expr", ...)`` calls of a test cell's visible part: (expr, rel_tol, abs_tol)."""
+def _visible_checks(source: str) -> list[Case]:
+    """The ``check("expr", ...)`` and ``check_raises("expr", Error)`` calls of a test cell's
+    visible part, as cases (expected values left to the reference)."""
     visible = source.split(BEGIN_HIDDEN)[0]
     found = []
     for node in ast.walk(ast.parse(visible)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "check" and node.args
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            continue
+        if node.func.id == "check":
             tolerances = {k.arg: ast.literal_eval(k.value) for k in node.keywords
                           if k.arg in ("rel_tol", "abs_tol")}
-            found.append((node.args[0].value, float(tolerances.get("rel_tol", 0.0)),
-                          float(tolerances.get("abs_tol", 0.0))))
+            found.append(Case(node.args[0].value, rel_tol=float(tolerances.get("rel_tol", 0.0)),
+                              abs_tol=float(tolerances.get("abs_tol", 0.0))))
+        elif (node.func.id == "check_raises" and len(node.args) == 2
+              and isinstance(node.args[1], ast.Name)):
+            found.append(Case(node.args[0].value, raises=node.args[1].id))
     return found
 
 
@@ -200,12 +218,16 @@ def exercises(lesson: Lesson) -> tuple[Exercise, ...]:
         if not (meta.get("grade") and meta.get("grade_id", "").startswith("test-")):
             continue
         exercise = Exercise(meta["grade_id"].removeprefix("test-"), float(meta["points"]))
-        planned = [(e, r, a, False) for e, r, a in _visible_checks(cell.source)]
-        planned += [(c.expression, c.rel_tol, c.abs_tol, True)
-                    for c in map(as_case, cases[exercise.name])]
-        for expression, rel_tol, abs_tol, hidden in planned:
-            expected = eval(expression, dict(namespace))
-            exercise.checks.append(Check(expression, expected, rel_tol, abs_tol, hidden))
+        planned = [(case, False) for case in _visible_checks(cell.source)]
+        planned += [(as_case(case), True) for case in cases[exercise.name]]
+        for case, hidden in planned:
+            if case.raises is not None:
+                reference_raises(case, namespace)
+                expected: object = Raises(case.raises)
+            else:
+                expected = eval(case.expression, dict(namespace))
+            exercise.checks.append(Check(case.expression, expected, case.rel_tol, case.abs_tol,
+                                         hidden))
         found.append(exercise)
     return tuple(found)
 
@@ -235,8 +257,13 @@ def judge(exercise: Exercise, results: list[object]) -> Verdict:
     """All checks pass: full points; otherwise none."""
     visible_failures, hidden_failed, passed = [], 0, 0
     for check, got in zip(exercise.checks, results, strict=True):
-        if isinstance(got, Failure):
-            problem: str | None = got.message
+        if isinstance(check.expected, Raises):
+            wanted = check.expected.name
+            outcome = got.message if isinstance(got, Failure) else "a result"
+            problem: str | None = (None if isinstance(got, Failure) and wanted in got.raised
+                                   else f"expected {wanted}, got {outcome}")
+        elif isinstance(got, Failure):
+            problem = got.message
         else:
             try:
                 problem = _difference(got, check.expected, check.rel_tol, check.abs_tol)

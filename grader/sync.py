@@ -26,7 +26,7 @@ from types import ModuleType
 import nbformat
 import torch
 
-from grader.cases import Case, as_case
+from grader.cases import Case, as_case, reference_raises
 from grader.lessons import BEGIN_HIDDEN, CHECKS_SOURCE, DATA, END_HIDDEN, CourseError, Lesson
 from grader.notebook_checks import _difference
 
@@ -150,6 +150,10 @@ def hidden_check_lines(module: ModuleType, cases: list[Case | str]) -> list[str]
     namespace = {**vars(module), "math": math, "torch": torch}
     out = []
     for case in map(as_case, cases):
+        if case.raises is not None:
+            reference_raises(case, namespace)
+            out.append(f"check_raises({case.expression!r}, {case.raises})")
+            continue
         try:
             value = eval(case.expression, dict(namespace))
         except Exception as error:

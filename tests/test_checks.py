@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 from pathlib import Path
 
@@ -11,9 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import notebook_checks
-from grader.cases import Case
+from grader.cases import Case, raises
 from grader.lessons import CourseError
-from grader.notebook_checks import _difference, check
+from grader.notebook_checks import _difference, check, check_raises
+from grader.probe import Check, Exercise, Raises, judge, parse_results, probe_source
 from grader.sync import (
     BEGIN_SOLUTION,
     END_SOLUTION,
@@ -70,6 +73,61 @@ def test_check_reports_expected_and_got_in_one_line() -> None:
         exec("check('todo()', 1)", namespace)
     with pytest.raises(AssertionError, match=r"raised ZeroDivisionError"):
         exec("check('1 / 0', 1.0)", namespace)
+
+
+def test_check_raises_passes_only_for_the_named_error_or_a_subclass() -> None:
+    def refuse(error):
+        raise error("bad input")
+
+    namespace = {"refuse": refuse, "check_raises": check_raises,
+                 "todo": lambda: (_ for _ in ()).throw(NotImplementedError())}
+    exec("check_raises('refuse(ValueError)', ValueError)", namespace)
+    exec("check_raises('refuse(IndexError)', LookupError)", namespace)
+    with pytest.raises(AssertionError, match=r"^refuse\(TypeError\): expected ValueError, "
+                                             r"got TypeError: bad input$"):
+        exec("check_raises('refuse(TypeError)', ValueError)", namespace)
+    with pytest.raises(AssertionError, match=r"^abs\(-2\): expected ValueError, got a result 2$"):
+        exec("check_raises('abs(-2)', ValueError)", namespace)
+    with pytest.raises(AssertionError, match=r"^todo\(\): not implemented yet$"):
+        exec("check_raises('todo()', RuntimeError)", namespace)  # NotImplementedError's base
+
+
+def test_hidden_raises_cases_are_checked_against_the_reference() -> None:
+    assert hidden_check_lines(floats, [raises("split_bits(-1, FP16)", "ValueError")]) == [
+        "check_raises('split_bits(-1, FP16)', ValueError)"]
+    with pytest.raises(CourseError, match="reference raises ValueError"):
+        hidden_check_lines(floats, [raises("split_bits(-1, FP16)", "TypeError")])
+    with pytest.raises(CourseError, match=r"reference returns 1\.0"):
+        hidden_check_lines(floats, [raises("decode(0x3C00, FP16)", "ValueError")])
+    with pytest.raises(ValueError, match="built-in exception"):
+        raises("decode(0, FP16)", "TypeCheckError")
+    with pytest.raises(ValueError, match="built-in exception"):
+        raises("decode(0, FP16)", "print")
+
+
+def test_the_grader_judges_raised_errors_by_their_built_in_class() -> None:
+    class ShapeError(ValueError):
+        pass
+
+    def student(kind: str):
+        if kind == "todo":
+            raise NotImplementedError
+        if kind == "value":
+            return 0.0
+        raise {"sub": ShapeError, "type": TypeError}[kind]("no")
+
+    expressions = ["student('sub')", "student('type')", "student('value')", "student('todo')"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(probe_source(expressions, "NONCE"), {"student": student})
+    results = parse_results(printed.getvalue(), "NONCE", len(expressions))
+    for expression, got, passes in zip(expressions, results, [True, False, False, False],
+                                       strict=True):
+        exercise = Exercise("student", 1.0, [Check(expression, Raises("ValueError"), 0, 0, False)])
+        verdict = judge(exercise, [got])
+        assert (verdict.points == 1.0) is passes, (expression, verdict.summary())
+    assert judge(Exercise("student", 1.0, [Check("x", Raises("ValueError"), 0, 0, False)]),
+                 [0.0]).visible_failures == ["x: expected ValueError, got a result"]
 
 
 scalars = st.one_of(

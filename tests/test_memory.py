@@ -547,14 +547,20 @@ def case_problems(name: str, **replacements) -> list[str | None]:
     reference = {**vars(memory), "math": math, "torch": torch}
     problems = []
     for case in map(as_case, CASES[name]):
+        if case.raises is not None:  # bad input: the variants below do not validate it
+            continue
         expected = eval(case.expression, dict(reference))
         got = eval(case.expression, {**reference, **replacements})
         problems.append(_difference(got, expected, case.rel_tol, case.abs_tol))
     return problems
 
 
+def n_value_cases(name: str) -> int:
+    return sum(as_case(case).raises is None for case in CASES[name])
+
+
 def test_hidden_adamw_cases_pass_another_correct_order_of_operations() -> None:
-    assert case_problems("AdamW", AdamW=TextbookAdamW) == [None] * len(CASES["AdamW"])
+    assert case_problems("AdamW", AdamW=TextbookAdamW) == [None] * n_value_cases("AdamW")
 
 
 @pytest.mark.parametrize("mistake", ["coupled weight decay", "decay after the update",
@@ -570,4 +576,4 @@ def test_hidden_quantisation_cases_pass_another_order_and_rounding() -> None:
     other = {"quantize_blockwise": quantize_other_order,
              "dequantize_blockwise": dequantize_other_order}
     for name in ("quantize_blockwise", "dequantize_blockwise"):
-        assert case_problems(name, **other) == [None] * len(CASES[name])
+        assert case_problems(name, **other) == [None] * n_value_cases(name)

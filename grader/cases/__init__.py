@@ -3,12 +3,16 @@
 Each lesson module here defines ``CASES: dict[str, list[Case | str]]``, keyed by the graded
 function's name. ``python -m grader sync`` evaluates every expression on the reference code and
 writes ``check(expression, <expected value as a literal>)`` into the hidden region of the
-function's test cell, so the grading kernel never imports ``solutions``.
+function's test cell, so the grading kernel never imports ``solutions``. A case with ``raises``
+checks that bad input is refused: ``check_raises(expression, ValueError)``.
 """
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
+
+from grader.lessons import CourseError
 
 
 @dataclass(frozen=True)
@@ -22,13 +26,43 @@ class Case:
             reference code must agree with it when the notebook is synced. None: the expected
             value is the reference's result, written out as a literal.
         rel_tol, abs_tol: tolerances for floats and float tensors (0 means exact).
+        raises: the name of a built-in exception (``"ValueError"``) that the call must raise,
+            as the exercise's text asks; the reference must raise it too. A subclass counts.
     """
 
     expression: str
     expected: str | None = None
     rel_tol: float = 0.0
     abs_tol: float = 0.0
+    raises: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.raises is not None and not (
+                isinstance(getattr(builtins, self.raises, None), type)
+                and issubclass(getattr(builtins, self.raises), Exception)):
+            raise ValueError(f"Case.raises must name a built-in exception, got {self.raises!r}")
+        if self.raises is not None and (self.expected is not None or self.rel_tol or self.abs_tol):
+            raise ValueError("a Case that raises has no expected value or tolerance")
+
+
+def raises(expression: str, error: str) -> Case:
+    """A hidden check that ``expression`` raises the built-in exception named ``error``."""
+    return Case(expression, raises=error)
 
 
 def as_case(case: Case | str) -> Case:
     return case if isinstance(case, Case) else Case(case)
+
+
+def reference_raises(case: Case, namespace: dict) -> None:
+    """Stop unless the reference code raises what ``case.raises`` names."""
+    error = getattr(builtins, str(case.raises))
+    try:
+        value = eval(case.expression, dict(namespace))
+    except error:
+        return
+    except Exception as other:
+        raise CourseError(f"hidden case {case.expression!r} should raise {case.raises}, but the "
+                          f"reference raises {type(other).__name__}: {other}") from other
+    raise CourseError(f"hidden case {case.expression!r} should raise {case.raises}, but the "
+                      f"reference returns {value!r:.100}")

@@ -1,7 +1,7 @@
 """Hidden checks of lesson 04 (backprop FLOPs, transformer accounting, 6ND).
 See grader/cases/__init__.py."""
 
-from grader.cases import Case
+from grader.cases import Case, raises
 
 # two_layer_forward_backward in float32: a student may order the same matmuls and the 2/numel
 # factor differently (2 * y / n, y * (2 / n), (y / n) * 2), which moves results by a few ulps
@@ -70,3 +70,27 @@ CASES: dict[str, list[Case | str]] = {
         Case("training_days(6 * 70e9 * 15e12, 1024, 1978.9e12, 0.5)", rel_tol=_REL),
     ],
 }
+
+# Bad input that the exercises' text says to refuse.
+for _name, _errors in {
+    "two_layer_forward_backward": [
+        raises("two_layer_forward_backward(torch.ones(2, 3), torch.ones(4, 2), torch.ones(2, 1))",
+               "ValueError"),  # x has 3 columns, w1 4 rows
+        raises("two_layer_forward_backward(torch.ones(3), torch.ones(3, 2), torch.ones(2, 1))",
+               "ValueError"),  # x is 1-d
+        raises("two_layer_forward_backward(torch.ones(2, 3), torch.ones(3, 2, dtype=torch.float64),"
+               " torch.ones(2, 1))", "ValueError")],
+    "two_layer_flops": [raises("two_layer_flops(0, 3, 4)", "ValueError"),
+                        raises("two_layer_flops(2, 3.5, 4)", "TypeError"),
+                        raises("two_layer_flops(2, 3, 4, input_requires_grad=1)", "TypeError")],
+    "transformer_params": [raises("transformer_params(0, 16, 50)", "ValueError"),
+                           raises("transformer_params(2, 16, 50, tied_embeddings='no')",
+                                  "TypeError")],
+    "training_flops": [raises("training_flops(-1.0, 1e12)", "ValueError"),
+                       raises("training_flops(7e9, float('inf'))", "ValueError")],
+    "training_days": [raises("training_days(1e24, 1024, 989e12, 0.0)", "ValueError"),
+                      raises("training_days(1e24, 1024, 989e12, 1.5)", "ValueError"),
+                      raises("training_days(-1e24, 1024, 989e12, 0.5)", "ValueError"),
+                      raises("training_days(1e24, 0, 989e12, 0.5)", "ValueError")],
+}.items():
+    CASES[_name] += _errors

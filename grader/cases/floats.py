@@ -1,6 +1,6 @@
 """Hidden checks of lesson 01 (float formats). See grader/cases/__init__.py."""
 
-from grader.cases import Case
+from grader.cases import Case, raises
 
 _ALL_CODES_ORACLES = {
     "FP16": "torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16).float()",
@@ -118,3 +118,14 @@ CASES: dict[str, list[Case | str]] = {
         "tensor_bytes((7, 3, 5), torch.int64)",
     ],
 }
+
+# Bad input that the exercises' text says to refuse.
+for _name, _errors in {
+    "split_bits": [raises("split_bits(0x10000, FP16)", "ValueError"),
+                   raises("split_bits(-1, BF16)", "ValueError"),
+                   raises("split_bits(1.5, FP16)", "TypeError")],
+    "decode_tensor": [raises("decode_tensor(torch.tensor([1.0, 2.0]), FP16)", "TypeError")],
+    "tensor_bytes": [raises("tensor_bytes((3, 4), 'float32')", "TypeError"),
+                     raises("tensor_bytes((3, -1), torch.float32)", "ValueError")],
+}.items():
+    CASES[_name] += _errors

@@ -1,7 +1,7 @@
 """Hidden checks of lesson 03 (matmul FLOPs, arithmetic intensity, roofline, MFU).
 See grader/cases/__init__.py."""
 
-from grader.cases import Case
+from grader.cases import Case, raises
 
 # Results of more than one rounded float operation get a tolerance: the same formula written in
 # another order (flops / (seconds * peak) instead of flops / seconds / peak) may differ in the
@@ -65,3 +65,25 @@ CASES: dict[str, list[Case | str]] = {
         Case("mfu(6 * 70e9 * 15e12, 144 * 86400 * 1024, 989.4e12)", rel_tol=_REL),
     ],
 }
+
+# Bad input that the exercises' text says to refuse.
+for _name, _errors in {
+    "matmul_flops": [raises("matmul_flops(2, -3, 4)", "ValueError"),
+                     raises("matmul_flops(2.5, 3, 4)", "TypeError")],
+    "einsum_flops": [raises("einsum_flops('ij,jk', (2, 3), (3, 4))", "ValueError"),
+                     raises("einsum_flops('ij->ij', (2, 3))", "ValueError"),
+                     raises("einsum_flops('ij,jk->ik', (2, 3, 1), (3, 4))", "ValueError"),
+                     raises("einsum_flops('ii,jk->ik', (3, 3), (3, 4))", "ValueError"),
+                     raises("einsum_flops('ij,jk->ik', (2, 3), (5, 4))", "ValueError")],
+    "matmul_bytes": [raises("matmul_bytes(2, 3, -4, 4)", "ValueError"),
+                     raises("matmul_bytes(2, 3, 4, 0)", "ValueError")],
+    "arithmetic_intensity": [raises("arithmetic_intensity(10, 0)", "ValueError"),
+                             raises("arithmetic_intensity(-1, 10)", "ValueError")],
+    "ridge_point": [raises("ridge_point(0, 2e12)", "ValueError"),
+                    raises("ridge_point(1e12, -2e12)", "ValueError")],
+    "roofline": [raises("roofline(-1.0, 100.0, 10.0)", "ValueError"),
+                 raises("roofline(1.0, 100.0, 0.0)", "ValueError")],
+    "mfu": [raises("mfu(-1, 1.0, 1e12)", "ValueError"),
+            raises("mfu(1e12, 0.0, 1e12)", "ValueError")],
+}.items():
+    CASES[_name] += _errors

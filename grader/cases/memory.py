@@ -1,7 +1,7 @@
 """Hidden checks of lesson 05 (AdamW, training memory, blockwise quantisation).
 See grader/cases/__init__.py."""
 
-from grader.cases import Case
+from grader.cases import Case, raises
 
 # AdamW and dequantisation results come out of several rounded float32 operations, and a
 # student's correct code may order them differently (m / (1 - beta1**t) before or after the
@@ -96,3 +96,27 @@ CASES: dict[str, list[Case | str]] = {
         "largest_trainable_params(3, 40e9, 12)",
     ],
 }
+
+# Bad input that the exercises' text says to refuse.
+for _name, _errors in {
+    "AdamW": [raises("AdamW([torch.zeros(2, requires_grad=True)], lr=-0.1)", "ValueError"),
+              raises("AdamW([torch.zeros(2, requires_grad=True)], betas=(0.9, 1.0))",
+                     "ValueError"),
+              raises("AdamW([torch.zeros(2, requires_grad=True)], weight_decay=-0.01)",
+                     "ValueError")],
+    "training_memory": [raises("training_memory(-1, 'fp32')", "ValueError"),
+                        raises("training_memory(10, 'bf16')", "ValueError")],
+    "quantize_blockwise": [raises("quantize_blockwise(torch.ones(4), 0)", "ValueError"),
+                           raises("quantize_blockwise(torch.tensor([1.0, float('nan')]))",
+                                  "ValueError"),
+                           raises("quantize_blockwise(torch.arange(4))", "TypeError")],
+    "dequantize_blockwise": [
+        raises("dequantize_blockwise(torch.zeros(4), torch.ones(1), (4,), 4)", "TypeError"),
+        raises("dequantize_blockwise(torch.zeros(4, dtype=torch.int8), torch.ones(1), (5,), 4)",
+               "ValueError"),
+        raises("dequantize_blockwise(torch.zeros(4, dtype=torch.int8), torch.ones(1), (4,), 2)",
+               "ValueError")],
+    "largest_trainable_params": [raises("largest_trainable_params(-1, 80e9, 16)", "ValueError"),
+                                 raises("largest_trainable_params(8, 80e9, 0)", "ValueError")],
+}.items():
+    CASES[_name] += _errors

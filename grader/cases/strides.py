@@ -1,6 +1,6 @@
 """Hidden checks of lesson 02 (tensors, storage and strides). See grader/cases/__init__.py."""
 
-from grader.cases import Case
+from grader.cases import Case, raises
 
 CASES: dict[str, list[Case | str]] = {
     "contiguous_strides": [
@@ -106,3 +106,31 @@ CASES: dict[str, list[Case | str]] = {
         "project(torch.arange(6.).reshape(2, 1, 3), torch.arange(6.).reshape(3, 2))",
     ],
 }
+
+# Bad input that the exercises' text says to refuse.
+for _name, _errors in {
+    "contiguous_strides": [raises("contiguous_strides((2, -3))", "ValueError"),
+                           raises("contiguous_strides(5)", "TypeError")],
+    "flat_offset": [raises("flat_offset((1, 2), (3,))", "ValueError"),
+                    raises("flat_offset((1,), (3,), -1)", "ValueError"),
+                    raises("flat_offset((-1, 0), (3, 1))", "IndexError")],
+    "transpose": [raises("transpose((2, 3), (3, 1), 0, 2)", "IndexError"),
+                  raises("transpose((2, 3), (3, 1), -3, 0)", "IndexError")],
+    "permute": [raises("permute((2, 3), (3, 1), (0, 0))", "ValueError"),
+                raises("permute((2, 3), (3, 1), (0,))", "ValueError")],
+    "slice_dim": [raises("slice_dim((10,), (1,), 0, 0, 0, 5, 0)", "ValueError"),
+                  raises("slice_dim((10,), (1,), -1, 0, 0, 5, 1)", "ValueError"),
+                  raises("slice_dim((), (), 0, 0, 0, 1, 1)", "IndexError")],
+    "view_strides": [raises("view_strides((4, 6), (6, 1), (-1, -1))", "ValueError"),
+                     raises("view_strides((4, 6), (6, 1), (5, 5))", "ValueError"),
+                     raises("view_strides((4, 6), (6, 1), (-2, -12))", "ValueError")],
+    "as_strided": [raises("as_strided(torch.arange(6.), (3, 3), (1, 1), 2)", "IndexError"),
+                   raises("as_strided(torch.arange(6.).reshape(2, 3), (2,), (1,), 0)",
+                          "TypeError"),
+                   raises("as_strided(torch.arange(6.), (2,), (1,), -1)", "ValueError")],
+    "broadcast_shapes": [raises("broadcast_shapes((2, 3), (4, 3))", "ValueError"),
+                         raises("broadcast_shapes((5, 1, 2), (3, 3))", "ValueError")],
+    "split_heads": [raises("split_heads(torch.ones(1, 2, 12), 5)", "ValueError"),
+                    raises("split_heads(torch.ones(1, 2, 12), 0)", "ValueError")],
+}.items():
+    CASES[_name] += _errors
