@@ -1,4 +1,4 @@
-"""Hypothesis profiles.
+"""Hypothesis profiles, and a guard on how the tests are spread over workers.
 
 ``make test`` (and CI) uses ``repeatable``: the property tests draw the same examples on every run,
 so a submission's result does not depend on luck. ``HYPOTHESIS_PROFILE=explore make test`` draws
@@ -6,9 +6,27 @@ fresh examples each run, to look for new failures; record any it finds as an ``@
 """
 
 import os
+import warnings
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``-n 2 --dist loadgroup`` (``make test``), pytest-xdist sends the tests of one
+    ``xdist_group`` to one worker, so an expensive module-scoped fixture (a graded batch of
+    submissions) runs once. It marks them by appending ``@group`` to their node ids, which pytest
+    9.2 silently ignores (pytest-xdist#1386): every worker then grades every batch, and the suite
+    takes about twice as long. Say so."""
+    if not getattr(config.option, "loadgroup", False):  # set on xdist's workers only
+        return
+    if any(item.get_closest_marker("xdist_group") and "@" not in item.nodeid for item in items):
+        warnings.warn(pytest.PytestWarning(
+            f"pytest-xdist's --dist loadgroup does not group tests under pytest "
+            f"{pytest.__version__} (pytest-xdist#1386), so expensive fixtures run on every "
+            "worker. Install the versions pyproject.toml pins (make setup)."), stacklevel=1)
