@@ -139,10 +139,10 @@ def training_memory(n_params: int, recipe: str) -> dict[str, int]:
         12  part of the state only: the optimizer's fp32 master 4 + m 4 + v 4 (the "K = 12" of
             the ZeRO paper, total 2 + 2 + 12 = 16), or weights and gradients without Adam's
             moments, bf16 2 + 2 and fp32 4 + 4 (the Ultra-Scale Playbook)
-        18  bf16 weights 2 + fp32 gradients 4 + master 4 + m 4 + v 4 (Megatron-LM's "bf16
+        18  bf16 weights 2 + fp32 gradients 4 + master 4 + m 4 + v 4 (Megatron Core's "float16
             param, fp32 grads"; Hugging Face's "6 weights + 4 gradients + 8 optimizer")
         20  16-bit weights 2 + 16-bit gradients 2 + fp32 gradients 4 + master 4 + m 4 + v 4
-            (Megatron-LM's "fp16 param, fp16 grads"; the Ultra-Scale Playbook's 12 + 8)
+            (Megatron Core's "float16 param, float16 grads"; the Ultra-Scale Playbook's 12 + 8)
 
     Args:
         n_params: number of trainable parameters (>= 0).
