@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import time
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from grader import probe
 from grader.lessons import all_lessons
 from grader.sync import sync_lesson
 
@@ -64,6 +66,33 @@ def test_every_graded_function_has_an_exercise_and_a_test_cell(lesson) -> None:
     module = importlib.import_module(lesson.module)
     assert all(callable(getattr(module, name)) for name in solutions)
     assert len(set(grade_ids(nb))) == len(grade_ids(nb))  # nbgrader needs unique ids
+
+
+# Errors that an exercise's text names without asking for them (it describes torch's behaviour).
+DESCRIBED_NOT_ASKED = {("as_strided", "RuntimeError")}
+
+
+@by_name
+def test_every_error_an_exercise_asks_for_is_checked(lesson) -> None:
+    """Where the text before a test cell says "raise `ValueError` when ...", a visible or hidden
+    check calls the function that way (students are graded on what the exercise says)."""
+    nb = nbformat.read(lesson.notebook, as_version=4)
+    exercises = {e.name: e for e in probe.exercises(lesson)}
+    text = ""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            text += " " + cell.source
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if cell.cell_type != "code" or not grade_id.startswith("test-"):
+            continue
+        name = grade_id.removeprefix("test-")
+        asked = set(re.findall(r"[Rr]aises?\s+(?:a\s+)?`(\w+Error)`", text))
+        asked -= {error for exercise, error in DESCRIBED_NOT_ASKED if exercise == name}
+        raises = [c for c in exercises[name].checks if isinstance(c.expected, probe.Raises)]
+        missing = asked - {c.expected.name for c in raises}
+        assert not missing, f"{name}: the text asks for {sorted(missing)}; no check tests it"
+        assert not asked or any(not c.hidden for c in raises), f"{name}: no visible check_raises"
+        text = ""
 
 
 def run_notebook(lesson, env: dict[str, str]) -> tuple[nbformat.NotebookNode, float]:
