@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import builtins
 import importlib
 import json
 import math
@@ -23,7 +24,7 @@ import nbformat
 import torch
 
 from grader.cases import Case, as_case, reference_raises
-from grader.lessons import BEGIN_HIDDEN, Lesson
+from grader.lessons import BEGIN_HIDDEN, CourseError, Lesson
 from grader.notebook_checks import _difference
 
 MAX_RESULT_CHARS = 48 * 2**20
@@ -73,9 +74,9 @@ def _ctc_probe(_ctc_namespace, _ctc_expressions, _ctc_nonce):
         except NotImplementedError:
             results.append({"t": "error", "v": "not implemented yet"})
         except Exception as error:
-            raised = [c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins"]
+            builtin = next(c for c in type(error).__mro__ if c.__module__ == "builtins")
             results.append({"t": "error", "v": f"{type(error).__name__}: {error}"[:500],
-                            "raised": raised[:20]})
+                            "raised": builtin.__name__[:100]})
     sys.stdout.write(_ctc_nonce + json.dumps(results) + _ctc_nonce + "\n")
     sys.stdout.flush()
 '''
@@ -94,10 +95,18 @@ class Unreadable(Exception):
 @dataclass(frozen=True)
 class Failure:
     """What the kernel said instead of a value: a message, and where the call raised an
-    exception, the names of the built-in exception classes it is an instance of."""
+    exception, the name of the first built-in class in its type's MRO (the built-in exception
+    it is, or derives from)."""
 
     message: str
-    raised: tuple[str, ...] = ()
+    raised: str = ""
+
+    def raised_a(self, wanted: str) -> bool:
+        """Whether the error raised is the built-in exception ``wanted`` or a subclass of it.
+        One name per error: a class deriving from several built-ins counts as its first."""
+        kind = getattr(builtins, self.raised, None)
+        return (isinstance(kind, type) and issubclass(kind, BaseException)
+                and issubclass(kind, getattr(builtins, wanted)))
 
 
 @dataclass(frozen=True)
@@ -113,9 +122,8 @@ def decode(item: object, depth: int = 0) -> object:
         raise Unreadable("malformed result")
     kind, value = item["t"], item.get("v")
     if kind == "error":
-        raised = item.get("raised", [])
-        names = tuple(str(n)[:100] for n in raised[:20]) if isinstance(raised, list) else ()
-        return Failure(str(value)[:500], names)
+        raised = item.get("raised")
+        return Failure(str(value)[:500], raised[:100] if isinstance(raised, str) else "")
     if kind == "other":
         return Failure(f"returned {str(value)[:200]}")
     if kind == "none":
@@ -198,9 +206,14 @@ def _visible_checks(source: str) -> list[Case]:
                           if k.arg in ("rel_tol", "abs_tol")}
             found.append(Case(node.args[0].value, rel_tol=float(tolerances.get("rel_tol", 0.0)),
                               abs_tol=float(tolerances.get("abs_tol", 0.0))))
-        elif (node.func.id == "check_raises" and len(node.args) == 2
-              and isinstance(node.args[1], ast.Name)):
-            found.append(Case(node.args[0].value, raises=node.args[1].id))
+        elif node.func.id == "check_raises":
+            error = node.args[1] if len(node.args) == 2 and not node.keywords else None
+            try:
+                found.append(Case(node.args[0].value, raises=getattr(error, "id", "")))
+            except ValueError:
+                raise CourseError(f"check_raises({node.args[0].value!r}, ...) must name a "
+                                  "built-in exception, as in check_raises(\"f(-1)\", "
+                                  "ValueError)") from None
     return found
 
 
@@ -259,9 +272,11 @@ def judge(exercise: Exercise, results: list[object]) -> Verdict:
     for check, got in zip(exercise.checks, results, strict=True):
         if isinstance(check.expected, Raises):
             wanted = check.expected.name
-            outcome = got.message if isinstance(got, Failure) else "a result"
-            problem: str | None = (None if isinstance(got, Failure) and wanted in got.raised
-                                   else f"expected {wanted}, got {outcome}")
+            if isinstance(got, Failure):
+                problem: str | None = None if got.raised_a(wanted) else (
+                    f"expected {wanted}, got {got.message}")
+            else:
+                problem = f"expected {wanted}, got a result"
         elif isinstance(got, Failure):
             problem = got.message
         else:

@@ -1,7 +1,7 @@
 """Hypothesis profiles, and a guard on how the tests are spread over workers.
 
 ``make test`` (and CI) uses ``repeatable``: the property tests draw the same examples on every run,
-so a submission's result does not depend on luck. ``HYPOTHESIS_PROFILE=explore make test`` draws
+so a test run's result does not depend on luck. ``HYPOTHESIS_PROFILE=explore make test`` draws
 fresh examples each run, to look for new failures; record any it finds as an ``@example``.
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 from pathlib import Path
 
@@ -16,7 +17,15 @@ from grader import notebook_checks
 from grader.cases import Case, raises
 from grader.lessons import CourseError
 from grader.notebook_checks import _difference, check, check_raises
-from grader.probe import Check, Exercise, Raises, judge, parse_results, probe_source
+from grader.probe import (
+    Check,
+    Exercise,
+    Raises,
+    _visible_checks,
+    judge,
+    parse_results,
+    probe_source,
+)
 from grader.sync import (
     BEGIN_SOLUTION,
     END_SOLUTION,
@@ -109,25 +118,50 @@ def test_the_grader_judges_raised_errors_by_their_built_in_class() -> None:
     class ShapeError(ValueError):
         pass
 
+    class AnyError(TypeError, ValueError, IndexError):  # a hedge: counts as a TypeError only
+        pass
+
+    class Forged(Exception):  # claims to be a built-in that does not exist
+        __module__ = "builtins"
+
     def student(kind: str):
         if kind == "todo":
             raise NotImplementedError
         if kind == "value":
             return 0.0
-        raise {"sub": ShapeError, "type": TypeError}[kind]("no")
+        raise {"sub": ShapeError, "type": TypeError, "any": AnyError, "forged": Forged}[kind]("no")
 
-    expressions = ["student('sub')", "student('type')", "student('value')", "student('todo')"]
+    # Expected outcome per call: does it count as raising ValueError? As raising TypeError?
+    calls = {"student('sub')": (True, False), "student('type')": (False, True),
+             "student('any')": (False, True), "student('forged')": (False, False),
+             "student('value')": (False, False), "student('todo')": (False, False)}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(probe_source(expressions, "NONCE"), {"student": student})
-    results = parse_results(printed.getvalue(), "NONCE", len(expressions))
-    for expression, got, passes in zip(expressions, results, [True, False, False, False],
-                                       strict=True):
-        exercise = Exercise("student", 1.0, [Check(expression, Raises("ValueError"), 0, 0, False)])
-        verdict = judge(exercise, [got])
-        assert (verdict.points == 1.0) is passes, (expression, verdict.summary())
+        exec(probe_source(list(calls), "NONCE"), {"student": student})
+    results = parse_results(printed.getvalue(), "NONCE", len(calls))
+    for (expression, passes), got in zip(calls.items(), results, strict=True):
+        for wanted, should_pass in zip(("ValueError", "TypeError"), passes, strict=True):
+            exercise = Exercise("student", 1.0, [Check(expression, Raises(wanted), 0, 0, False)])
+            verdict = judge(exercise, [got])
+            assert (verdict.points == 1.0) is should_pass, (wanted, verdict.summary())
     assert judge(Exercise("student", 1.0, [Check("x", Raises("ValueError"), 0, 0, False)]),
                  [0.0]).visible_failures == ["x: expected ValueError, got a result"]
+
+
+@pytest.mark.parametrize("raised", [["ValueError"], {"v": 1}, None, "open", "type", "x" * 10**4])
+def test_odd_raised_fields_from_the_kernel_score_zero(raised) -> None:
+    item = {"t": "error", "v": "ValueError: no", "raised": raised}
+    got = parse_results("N" + json.dumps([item]) + "N", "N", 1)[0]
+    verdict = judge(Exercise("f", 1.0, [Check("f()", Raises("ValueError"), 0, 0, True)]), [got])
+    assert verdict.points == 0.0 and verdict.hidden_failed == 1
+
+
+def test_a_visible_check_raises_must_name_a_built_in_exception() -> None:
+    for call in ('check_raises("f(-1)", torch.OutOfMemoryError)',
+                 'check_raises("f(-1)", error=ValueError)', 'check_raises("f(-1)", ShapeError)'):
+        with pytest.raises(CourseError, match="must name a built-in exception"):
+            _visible_checks(call)
+    assert _visible_checks('check_raises("f(-1)", IndexError)')[0].raises == "IndexError"
 
 
 scalars = st.one_of(

@@ -536,7 +536,7 @@ def quantize_other_order(x: torch.Tensor, block_size: int = 256):
 
 
 def dequantize_other_order(q, scales, shape, block_size=256):
-    """q * absmax / 127: correct, but not the reference's order."""
+    """q * absmax / 127 in float32: correct, but not the reference's float64 arithmetic."""
     n = q.numel()
     return (q.float() * scales.repeat_interleave(block_size)[:n] / 127).reshape(shape)
 

@@ -74,8 +74,9 @@ DESCRIBED_NOT_ASKED = {("as_strided", "RuntimeError")}
 
 @by_name
 def test_every_error_an_exercise_asks_for_is_checked(lesson) -> None:
-    """Where the text before a test cell says "raise `ValueError` when ...", a visible or hidden
-    check calls the function that way (students are graded on what the exercise says)."""
+    """Every error that the text before a test cell names ("raise `ValueError` when ...") is
+    tested by a check, and at least one of them by a visible check: students are graded on what
+    the exercise says, and see that they are."""
     nb = nbformat.read(lesson.notebook, as_version=4)
     exercises = {e.name: e for e in probe.exercises(lesson)}
     text = ""
@@ -86,7 +87,7 @@ def test_every_error_an_exercise_asks_for_is_checked(lesson) -> None:
         if cell.cell_type != "code" or not grade_id.startswith("test-"):
             continue
         name = grade_id.removeprefix("test-")
-        asked = set(re.findall(r"[Rr]aises?\s+(?:a\s+)?`(\w+Error)`", text))
+        asked = set(re.findall(r"`(\w+Error)`", text))  # every error the text names
         asked -= {error for exercise, error in DESCRIBED_NOT_ASKED if exercise == name}
         raises = [c for c in exercises[name].checks if isinstance(c.expected, probe.Raises)]
         missing = asked - {c.expected.name for c in raises}

@@ -37,11 +37,12 @@ class Case:
     raises: str | None = None
 
     def __post_init__(self) -> None:
-        if self.raises is not None and not (
-                isinstance(getattr(builtins, self.raises, None), type)
-                and issubclass(getattr(builtins, self.raises), Exception)):
+        if self.raises is None:
+            return
+        error = getattr(builtins, self.raises, None)
+        if not (isinstance(error, type) and issubclass(error, Exception)):
             raise ValueError(f"Case.raises must name a built-in exception, got {self.raises!r}")
-        if self.raises is not None and (self.expected is not None or self.rel_tol or self.abs_tol):
+        if self.expected is not None or self.rel_tol or self.abs_tol:
             raise ValueError("a Case that raises has no expected value or tolerance")
 
 

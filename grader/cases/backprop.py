@@ -27,6 +27,13 @@ CASES: dict[str, list[Case | str]] = {
              "torch.tensor([[1.0], [-2.0], [0.5]], dtype=torch.float64))", **_F64),
         Case("two_layer_forward_backward(torch.arange(8.).reshape(4, 2) - 3.5, "
              "torch.tensor([[0.0, 1.0], [1.0, 0.0]]), torch.tensor([[0.5], [-0.25]]))", **_F32),
+        # x has 3 columns but w1 4 rows; x is 1-d; w1's dtype is not x's
+        raises("two_layer_forward_backward(torch.ones(2, 3), torch.ones(4, 2), torch.ones(2, 1))",
+               "ValueError"),
+        raises("two_layer_forward_backward(torch.ones(3), torch.ones(3, 2), torch.ones(2, 1))",
+               "ValueError"),
+        raises("two_layer_forward_backward(torch.ones(2, 3), torch.ones(3, 2, dtype=torch.float64),"
+               " torch.ones(2, 1))", "ValueError"),
     ],
     "two_layer_flops": [
         "two_layer_flops(2, 3, 4)",
@@ -36,6 +43,9 @@ CASES: dict[str, list[Case | str]] = {
         "two_layer_flops(32, 512, 10)",
         "two_layer_flops(4096, 1024, 1024, input_requires_grad=False)",
         "two_layer_flops(4096, 1024, 1024, input_requires_grad=True)",
+        raises("two_layer_flops(0, 3, 4)", "ValueError"),
+        raises("two_layer_flops(2, 3.5, 4)", "TypeError"),
+        raises("two_layer_flops(2, 3, 4, input_requires_grad=1)", "TypeError"),
     ],
     "transformer_params": [
         "transformer_params(2, 16, 50)",
@@ -45,6 +55,8 @@ CASES: dict[str, list[Case | str]] = {
         "transformer_params(12, 768, 50257, tied_embeddings=True)",  # GPT-2 small's matrices
         "transformer_params(96, 12288, 50257)",  # GPT-3 175B, untied
         "transformer_params(32, 4096, 32000, d_ff=16512)",  # LLaMA 2 7B's SwiGLU as 2 matrices
+        raises("transformer_params(0, 16, 50)", "ValueError"),
+        raises("transformer_params(2, 16, 50, tied_embeddings='no')", "TypeError"),
     ],
     "transformer_forward_flops": [
         "transformer_forward_flops(2, 16, 12, 50)",
@@ -60,6 +72,8 @@ CASES: dict[str, list[Case | str]] = {
         "training_flops(0, 10**12)",
         Case("training_flops(175e9, 300e9)", rel_tol=_REL),  # GPT-3: 3.15e23
         "training_flops(124439808, 1024)",
+        raises("training_flops(-1.0, 1e12)", "ValueError"),
+        raises("training_flops(7e9, float('inf'))", "ValueError"),
     ],
     "training_days": [
         Case("training_days(6 * 70e9 * 15e12, 1024, 989.4e12, 0.5)", rel_tol=_REL),
@@ -68,29 +82,9 @@ CASES: dict[str, list[Case | str]] = {
         "training_days(0.0, 8, 312e12, 0.4)",
         Case("training_days(3.15e23, 1024, 312e12, 0.4)", rel_tol=_REL),
         Case("training_days(6 * 70e9 * 15e12, 1024, 1978.9e12, 0.5)", rel_tol=_REL),
+        raises("training_days(1e24, 1024, 989e12, 0.0)", "ValueError"),
+        raises("training_days(1e24, 1024, 989e12, 1.5)", "ValueError"),
+        raises("training_days(-1e24, 1024, 989e12, 0.5)", "ValueError"),
+        raises("training_days(1e24, 0, 989e12, 0.5)", "ValueError"),
     ],
 }
-
-# Bad input that the exercises' text says to refuse.
-for _name, _errors in {
-    "two_layer_forward_backward": [
-        raises("two_layer_forward_backward(torch.ones(2, 3), torch.ones(4, 2), torch.ones(2, 1))",
-               "ValueError"),  # x has 3 columns, w1 4 rows
-        raises("two_layer_forward_backward(torch.ones(3), torch.ones(3, 2), torch.ones(2, 1))",
-               "ValueError"),  # x is 1-d
-        raises("two_layer_forward_backward(torch.ones(2, 3), torch.ones(3, 2, dtype=torch.float64),"
-               " torch.ones(2, 1))", "ValueError")],
-    "two_layer_flops": [raises("two_layer_flops(0, 3, 4)", "ValueError"),
-                        raises("two_layer_flops(2, 3.5, 4)", "TypeError"),
-                        raises("two_layer_flops(2, 3, 4, input_requires_grad=1)", "TypeError")],
-    "transformer_params": [raises("transformer_params(0, 16, 50)", "ValueError"),
-                           raises("transformer_params(2, 16, 50, tied_embeddings='no')",
-                                  "TypeError")],
-    "training_flops": [raises("training_flops(-1.0, 1e12)", "ValueError"),
-                       raises("training_flops(7e9, float('inf'))", "ValueError")],
-    "training_days": [raises("training_days(1e24, 1024, 989e12, 0.0)", "ValueError"),
-                      raises("training_days(1e24, 1024, 989e12, 1.5)", "ValueError"),
-                      raises("training_days(-1e24, 1024, 989e12, 0.5)", "ValueError"),
-                      raises("training_days(1e24, 0, 989e12, 0.5)", "ValueError")],
-}.items():
-    CASES[_name] += _errors

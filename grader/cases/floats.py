@@ -26,6 +26,9 @@ CASES: dict[str, list[Case | str]] = {
         "split_bits(0x7F800000, FP32)",
         "split_bits(0, FP8_E5M2)",
         "split_bits(0xC2F7, BF16)",
+        raises("split_bits(0x10000, FP16)", "ValueError"),
+        raises("split_bits(-1, BF16)", "ValueError"),
+        raises("split_bits(1.5, FP16)", "TypeError"),
     ],
     "decode": [
         "decode(0x7BFF, FP16)",
@@ -108,6 +111,7 @@ CASES: dict[str, list[Case | str]] = {
         ),
         "decode_tensor(torch.tensor([[0x3F800000, 0x7F800000], [0x80000001, 0xFF800000]]), FP32)",
         "decode_tensor(torch.tensor([0x7F, 0xFF, 0x7E, 0x80], dtype=torch.uint8), FP8_E4M3)",
+        raises("decode_tensor(torch.tensor([1.0, 2.0]), FP16)", "TypeError"),
     ],
     "tensor_bytes": [
         "tensor_bytes((4 * 12288, 12288), torch.float32)",
@@ -116,16 +120,7 @@ CASES: dict[str, list[Case | str]] = {
         "tensor_bytes((), torch.float64)",
         "tensor_bytes((3, 0, 5), torch.float16)",
         "tensor_bytes((7, 3, 5), torch.int64)",
+        raises("tensor_bytes((3, 4), 'float32')", "TypeError"),
+        raises("tensor_bytes((3, -1), torch.float32)", "ValueError"),
     ],
 }
-
-# Bad input that the exercises' text says to refuse.
-for _name, _errors in {
-    "split_bits": [raises("split_bits(0x10000, FP16)", "ValueError"),
-                   raises("split_bits(-1, BF16)", "ValueError"),
-                   raises("split_bits(1.5, FP16)", "TypeError")],
-    "decode_tensor": [raises("decode_tensor(torch.tensor([1.0, 2.0]), FP16)", "TypeError")],
-    "tensor_bytes": [raises("tensor_bytes((3, 4), 'float32')", "TypeError"),
-                     raises("tensor_bytes((3, -1), torch.float32)", "ValueError")],
-}.items():
-    CASES[_name] += _errors
