@@ -47,7 +47,7 @@ class Case:
 
 
 def raises(expression: str, error: str) -> Case:
-    """A hidden check that ``expression`` raises the built-in exception named ``error``."""
+    """A check that ``expression`` raises the built-in exception named ``error``."""
     return Case(expression, raises=error)
 
 
@@ -63,7 +63,7 @@ def reference_raises(case: Case, namespace: dict) -> None:
     except error:
         return
     except Exception as other:
-        raise CourseError(f"hidden case {case.expression!r} should raise {case.raises}, but the "
+        raise CourseError(f"the check {case.expression!r} should raise {case.raises}, but the "
                           f"reference raises {type(other).__name__}: {other}") from other
-    raise CourseError(f"hidden case {case.expression!r} should raise {case.raises}, but the "
+    raise CourseError(f"the check {case.expression!r} should raise {case.raises}, but the "
                       f"reference returns {value!r:.100}")
