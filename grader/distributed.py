@@ -35,7 +35,7 @@ from grader.autograde import Graded, Prepared, finish, run_prepared
 from grader.execute import Run, verdict_from_replies
 from grader.intake import text_safe
 from grader.lessons import Lesson
-from grader.probe import Check, Exercise, Failure, exercises, judge
+from grader.probe import Check, Exercise, Failure, exercises, judge, unattempted
 from grader.sandbox import Limits
 
 MAX_ATTEMPTS = 3  # workers a submission may stop before it is given up as needs_review
@@ -160,6 +160,7 @@ def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool
     plan = {e.name: e for e in exercises(lesson)}
     if any(v.points < plan[name].points and any(verdicts[d].points < plan[d].points
                                                 for d in plan[name].depends)
+           and not unattempted(prepared.notebook, plan[name])
            for name, v in verdicts.items()):
         return run_prepared(prepared, lesson, limits, use_sandbox, partial)
     from nbformat import from_dict

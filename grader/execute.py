@@ -45,6 +45,7 @@ from grader.probe import (
     judge,
     probe_source,
     reply_bodies,
+    unattempted,
 )
 from grader.processes import Cgroup, reap
 from grader.sandbox import (
@@ -146,6 +147,7 @@ class Run:
     attempts: int = 0
     replies: dict[str, list[str]] = field(default_factory=dict)  # a worker's, unjudged
     lost: dict[str, str] = field(default_factory=dict)  # probes that hung or killed the kernel
+    rejudged: tuple[str, ...] = ()  # due to be judged again in a kernel of their own
 
 
 class Clock:
@@ -270,7 +272,7 @@ class Grading:
                     exercise, [Failure("not graded: the notebook did not get this far in "
                                        "time")] * len(exercise.checks))
         return Run(self.executed, self.verdicts, self.events, time.monotonic() - start,
-                   attempts, self.replies, self.lost)
+                   attempts, self.replies, self.lost, tuple(self.rejudge))
 
     def done(self) -> set[str]:
         """Exercises judged (or, on a worker, probed), or whose probe was lost."""
@@ -487,7 +489,7 @@ class Grading:
         verdict = self.verdict(exercise, bodies)
         failed = [self.by_name[d] for d in exercise.depends if d in self.verdicts
                   and self.verdicts[d].points < self.by_name[d].points]
-        if verdict.points < exercise.points and failed:
+        if verdict.points < exercise.points and failed and not unattempted(self.nb, exercise):
             self.rejudge[exercise.name] = (index, failed)
         self.verdicts[exercise.name] = verdict
 

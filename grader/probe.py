@@ -22,6 +22,7 @@ from functools import cache
 
 import nbformat
 import torch
+from nbgrader.preprocessors import ClearSolutions
 
 from grader.cases import Case, as_case, reference_raises, reference_value
 from grader.lessons import BEGIN_HIDDEN, CourseError, Lesson
@@ -241,7 +242,9 @@ class Exercise:
     ``given`` is the reference solution cell's source (the names it defines in ``defines``);
     the grader sends it to a kernel only to judge a later exercise again, and only once this
     one has been judged. ``depends`` are the earlier exercises whose names this one's reference
-    code or checks use, directly or through each other, in notebook order.
+    code or checks use, directly or through each other, in notebook order. ``stub`` is the
+    solution cell as students receive it (nbgrader's ``raise NotImplementedError()`` in place of
+    the solution).
     """
 
     name: str
@@ -250,6 +253,31 @@ class Exercise:
     given: str = ""
     defines: tuple[str, ...] = ()
     depends: tuple[str, ...] = ()
+    stub: str = ""
+
+
+def _stub(cell: nbformat.NotebookNode) -> str:
+    """A solution cell as nbgrader releases it (its default code stub, which the course keeps)."""
+    released, _ = ClearSolutions().preprocess_cell(nbformat.from_dict(dict(cell)),
+                                                   {"language": "python"}, 0)
+    return released.source
+
+
+def _lines(source: str) -> list[str]:
+    return [line.rstrip() for line in source.strip().splitlines()]
+
+
+def unattempted(nb: nbformat.NotebookNode, exercise: Exercise) -> bool:
+    """Whether a submission's solution cell for ``exercise`` is still the stub it was released
+    with, but for blank space at line ends: its function raises NotImplementedError whatever
+    the earlier exercises do, so judging it again with their reference versions cannot help.
+    (A student who edits the stub's metadata or text only makes the grader judge it again.)"""
+    if not exercise.stub:
+        return False
+    cells = [c for c in nb.cells if c.get("cell_type") == "code"
+             and c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == exercise.name]
+    return len(cells) == 1 and isinstance(cells[0].get("source"), str) \
+        and _lines(cells[0].source) == _lines(exercise.stub)
 
 
 def _visible_checks(source: str) -> list[Case]:
@@ -285,19 +313,19 @@ def exercises(lesson: Lesson) -> tuple[Exercise, ...]:
     module = importlib.import_module(lesson.module)
     cases = importlib.import_module(lesson.cases).CASES
     namespace = {**vars(module), "math": math, "torch": torch}
-    solutions: dict[str, tuple[str, tuple[str, ...]]] = {}  # name -> (source, defines)
+    solutions: dict[str, tuple[str, tuple[str, ...], str]] = {}  # name -> source, defines, stub
     found = []
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         grade_id = meta.get("grade_id", "")
         if meta.get("solution") and cell.cell_type == "code" and grade_id:
             defines = tuple(cell.metadata.get("course", {}).get("defines", [grade_id]))
-            solutions[grade_id] = (cell.source, defines)
+            solutions[grade_id] = (cell.source, defines, _stub(cell))
         if not (meta.get("grade") and grade_id.startswith("test-")):
             continue
         name = grade_id.removeprefix("test-")
-        given, defines = solutions.get(name, ("", (name,)))
-        exercise = Exercise(name, float(meta["points"]), given=given, defines=defines)
+        given, defines, stub = solutions.get(name, ("", (name,), ""))
+        exercise = Exercise(name, float(meta["points"]), given=given, defines=defines, stub=stub)
         planned = [(case, False) for case in _visible_checks(cell.source)]
         planned += [(as_case(case), True) for case in cases[exercise.name]]
         for case, hidden in planned:

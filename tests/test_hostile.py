@@ -594,6 +594,58 @@ def test_each_exercise_is_judged_where_its_checks_ran_and_costs_its_own_points_o
         assert note.replace("`", "&#96;") in page or note in page
 
 
+def test_only_an_attempted_exercise_is_judged_again() -> None:
+    """A re-judge starts a kernel of its own. It is spent on an exercise that could pass with
+    a correct version of the earlier one it builds on, not on one still as it was released
+    (its own stub raises NotImplementedError whatever the earlier exercises do): an untouched
+    notebook once took eight times longer to grade than a finished one."""
+    from grader.execute import run_submission
+    from grader.probe import exercises
+    from grader.sandbox import Limits
+
+    plan = exercises(LESSON)
+    stub = {e.name: e.stub for e in plan}
+    files = [LESSON.folder / name for name in LESSON.data_files]
+    wrong_split = "def split_bits(bits, fmt):\n    return (0, 0, 0)"
+    outcomes = {}
+    for decode in ("solution", "stub"):
+        nb = nbformat.read(LESSON.notebook, as_version=4)
+        cell(nb, "split_bits").source = wrong_split
+        for name in ("encode", "max_finite", "decode_tensor") + (("decode",) if decode == "stub"
+                                                                else ()):
+            cell(nb, name).source = stub[name] + "\n"  # a blank line more: still untouched
+        outcomes[decode] = run_submission(nb, files, plan, Limits(), use_sandbox=False)
+    attempted, untouched = outcomes["solution"], outcomes["stub"]
+    assert attempted.rejudged == ("decode",)
+    assert attempted.verdicts["decode"].points == 2.0
+    assert attempted.verdicts["decode"].note == "passes with a correct `split_bits`"
+    assert untouched.rejudged == ()
+    for run in outcomes.values():
+        assert run.verdicts["split_bits"].points == 0
+        assert all(run.verdicts[name].points == 0 for name in ("encode", "decode_tensor"))
+        assert run.verdicts["machine_epsilon"].points == 1.0
+    assert untouched.verdicts["decode"].points == 0
+
+
+def test_a_solution_cell_is_untouched_only_when_it_is_the_released_stub() -> None:
+    from grader.probe import exercises, unattempted
+
+    decode = next(e for e in exercises(LESSON) if e.name == "decode")
+    assert "raise NotImplementedError()" in decode.stub and "### BEGIN" not in decode.stub
+    nb = nbformat.read(LESSON.notebook, as_version=4)
+    assert not unattempted(nb, decode)  # the solution
+    for source, expected in [(decode.stub, True), (decode.stub.replace("\n", "  \n"), True),
+                             ("\n\n" + decode.stub + "\n\n", True),
+                             (decode.stub.replace("raise NotImplementedError()", "return 0.0"),
+                              False), ("", False)]:
+        cell(nb, "decode").source = source
+        assert unattempted(nb, decode) == expected, source
+    cell(nb, "decode").source = decode.stub
+    twice = copy.deepcopy(cell(nb, "decode"))
+    nb.cells.append(twice)  # two cells claim the exercise: judge it again as before
+    assert not unattempted(nb, decode)
+
+
 # ------------------------------------------------------------------ names, zips, pages
 
 XSS_MARKDOWN = ('<script>window.__pwned = "markdown script"</script>\n'
