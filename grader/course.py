@@ -201,7 +201,7 @@ class Course:
 
                 if broker is not None:
                     self._grade_on_workers(lesson, pending, limits, partial, use_sandbox,
-                                           broker, store)
+                                           broker, store, jobs)
                 else:
                     def work(item: tuple[str, Path, list[str], str]) -> tuple[Graded, str]:
                         student_id, notebook, notes, digest = item
@@ -224,8 +224,9 @@ class Course:
 
     def _grade_on_workers(self, lesson: Lesson, pending: list, limits: Limits, partial: bool,
                           use_sandbox: bool, broker: str,
-                          store: Callable[[Graded, str], None]) -> None:
-        """Prepare each submission here, run it on the queue's workers, judge it here."""
+                          store: Callable[[Graded, str], None], jobs: int) -> None:
+        """Prepare each submission here, run it on the queue's workers, judge it here (``jobs``
+        at once: judging may run kernels here, for exercises judged again)."""
         from grader.autograde import prepare_submission
         from grader.distributed import grade_on_workers, make_app
 
@@ -241,7 +242,7 @@ class Course:
                 prepared.append(ready)
         grade_on_workers(app, lesson, prepared, limits, partial, use_sandbox,
                          lambda graded: store(graded, digests.get(graded.student_id, "")),
-                         self.log)
+                         self.log, judges=jobs)
 
     @property
     def db_url(self) -> str:
@@ -319,15 +320,26 @@ class Course:
         }
 
     def _zero(self, lesson: Lesson, student_id: str) -> None:
-        """Record a submission with no gradable notebook: every grade 0."""
-        with self.gradebook() as gb:
-            gb.update_or_create_student(student_id)
-            submission = gb.update_or_create_submission(lesson.name, student_id)
-            for notebook in submission.notebooks:
-                for grade in notebook.grades:
-                    grade.auto_score, grade.manual_score = 0, None
-                    grade.needs_manual_grade = False
-            gb.db.commit()
+        """Record a submission with no gradable notebook: every grade 0.
+
+        Graders of other lessons sharing the database may add the same student at the same
+        instant; the one whose insert loses that race finds the student on its next try."""
+        from nbgrader.api import InvalidEntry
+
+        for attempt in range(3):
+            try:
+                with self.gradebook() as gb:
+                    gb.update_or_create_student(student_id)
+                    submission = gb.update_or_create_submission(lesson.name, student_id)
+                    for notebook in submission.notebooks:
+                        for grade in notebook.grades:
+                            grade.auto_score, grade.manual_score = 0, None
+                            grade.needs_manual_grade = False
+                    gb.db.commit()
+                return
+            except InvalidEntry:  # a duplicate key: the other grader's row is there now
+                if attempt == 2:
+                    raise
 
     def _record(self, lesson: Lesson, statuses: dict[str, dict[str, str]]) -> None:
         """Store each graded submission's status in the ledger (the gradebook's database), then

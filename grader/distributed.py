@@ -21,18 +21,21 @@ from __future__ import annotations
 
 import base64
 import json
+import queue
 import socket
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from celery import Celery
 
 from grader.autograde import Graded, Prepared, finish, run_prepared
-from grader.execute import Run, verdict_from_replies
+from grader.execute import GradingError, Run, judge_again, verdict_from_replies
 from grader.intake import text_safe
 from grader.lessons import Lesson
 from grader.probe import Check, Exercise, Failure, exercises, judge, unattempted
@@ -84,7 +87,7 @@ def _run_task(task, payload: dict) -> dict:
             path = Path(tmp) / Path(name).name
             path.write_bytes(base64.b64decode(data))
             files.append(path)
-        from grader.execute import GradingError, run_submission
+        from grader.execute import run_submission
 
         try:
             run = run_submission(from_dict(payload["notebook"]), files, plan, limits,
@@ -93,6 +96,7 @@ def _run_task(task, payload: dict) -> dict:
             return {"error": str(error)[:2000], "worker": socket.gethostname()}
     return {"notebook": text_safe(run.notebook), "replies": run.replies, "lost": run.lost,
             "events": run.events, "seconds": run.seconds, "attempts": run.attempts,
+            "skipped": {str(index): why for index, why in run.skipped.items()},
             "worker": socket.gethostname()}
 
 
@@ -117,6 +121,7 @@ class Sent:
     attempt: int = 1
     task_id: str = ""
     lost_tasks: list[str] = field(default_factory=list)
+    sent_at: float = 0.0  # time.monotonic() when last sent
 
 
 def payload_for(prepared: Prepared, lesson: Lesson, limits: Limits) -> dict:
@@ -162,7 +167,22 @@ def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool
                                                 for d in plan[name].depends)
            and not unattempted(prepared.notebook, plan[name])
            for name, v in verdicts.items()):
-        return run_prepared(prepared, lesson, limits, use_sandbox, partial)
+        # Judged again here, in this machine's sandbox: the course's code stays here.
+        try:
+            skipped = {int(index): str(why) for index, why in result["skipped"].items()}
+            seconds = float(result.get("seconds", 0))
+        except (KeyError, TypeError, ValueError, AttributeError):  # an older worker's result
+            return run_prepared(prepared, lesson, limits, use_sandbox, partial)
+        files = [lesson.folder / name for name in lesson.data_files]
+        try:
+            verdicts, more_events = judge_again(prepared.notebook, files, exercises(lesson),
+                                                limits, use_sandbox, partial, verdicts, skipped,
+                                                seconds)
+        except GradingError as error:
+            return Graded(prepared.student_id, "needs_review",
+                          [*prepared.reasons, f"grading error: {error}"[:500]],
+                          flags=prepared.flags)
+        events += [e for e in more_events if e not in events]
     from nbformat import from_dict
 
     run = Run(from_dict(result["notebook"]), verdicts, events, float(result.get("seconds", 0)),
@@ -177,10 +197,12 @@ def task_id(lesson: Lesson, sent: Sent) -> str:
 
 def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limits: Limits,
                      partial: bool, use_sandbox: bool, done: Callable[[Graded], None],
-                     log: Callable[[str], None]) -> None:
+                     log: Callable[[str], None], judges: int = 1) -> None:
     """Send every prepared submission to the queue and judge each result as it arrives, calling
-    ``done`` once per student. Every few seconds it asks the live workers what they hold and
-    reads the queue; a submission in neither (its worker died) is sent again."""
+    ``done`` once per student, from this thread. Up to ``judges`` results are judged at once (a
+    judgement may run kernels here, to judge exercises again with the course's code). A thread
+    asks the live workers every few seconds what they hold and reads the queue; a submission in
+    neither (its worker died) is sent again."""
     waiting: dict[str, Sent] = {}
     for item in prepared:
         sent = Sent(item, payload_for(item, lesson, limits))
@@ -199,38 +221,76 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
         _send(app, lesson, sent, log)
         waiting[sent.task_id] = sent
 
+    def judged(future: Future, sent: Sent) -> Graded:
+        try:
+            return future.result()
+        except Exception as error:  # a bug of ours must not stop the batch
+            return Graded(sent.prepared.student_id, "needs_review",
+                          [f"grading error: {type(error).__name__}: {error}"[:500]])
+
     missing: dict[str, int] = {}
-    last_look = time.monotonic()
-    while waiting:
-        time.sleep(0.3)
-        for task, sent in list(waiting.items()):
-            result = app.AsyncResult(task)
-            if result.state == "SUCCESS":
-                del waiting[task]
-                value = result.get(timeout=30)
-                try:
-                    graded = judge_result(sent.prepared, value, lesson, partial, limits,
-                                          use_sandbox)
-                except Exception as error:  # a bug of ours must not stop the batch
-                    graded = Graded(sent.prepared.student_id, "needs_review",
-                                    [f"grading error: {type(error).__name__}: {error}"[:500]])
-                done(graded)
-            elif result.state == "FAILURE":  # the worker's process died under it, say
-                failure = str(result.result)[:200]
-                again(waiting.pop(task), f"a worker failed on it ({failure})",
-                      lambda n, failure=failure: f"it stopped a worker's process {n} times "
-                                                 f"({failure}); not graded")
-        if time.monotonic() - last_look < LOOK_SECONDS or not waiting:
-            continue
-        last_look = time.monotonic()
-        accounted = _accounted_for(app)
-        for task in list(waiting):
-            missing[task] = 0 if task in accounted else missing.get(task, 0) + 1
-            if missing[task] < MISSED_LOOKS or app.AsyncResult(task).state == "SUCCESS":
+    judging: dict[Future, Sent] = {}
+    watch = _Watch(app)
+    watch.start()
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, judges)) as pool:
+            while waiting or judging:
+                time.sleep(0.3)
+                for future in [f for f in judging if f.done()]:
+                    done(judged(future, judging.pop(future)))
+                for task, sent in list(waiting.items()):
+                    result = app.AsyncResult(task)
+                    if result.state == "SUCCESS":
+                        del waiting[task]
+                        judging[pool.submit(judge_result, sent.prepared, result.get(timeout=30),
+                                            lesson, partial, limits, use_sandbox)] = sent
+                    elif result.state == "FAILURE":  # the worker's process died under it, say
+                        failure = str(result.result)[:200]
+                        again(waiting.pop(task), f"a worker failed on it ({failure})",
+                              lambda n, failure=failure: f"it stopped a worker's process {n} "
+                                                         f"times ({failure}); not graded")
+                for started, accounted in watch.looks():
+                    for task in list(waiting):
+                        if waiting[task].sent_at >= started:  # sent after the look began
+                            continue
+                        missing[task] = 0 if task in accounted else missing.get(task, 0) + 1
+                        if (missing[task] < MISSED_LOOKS
+                                or app.AsyncResult(task).state == "SUCCESS"):
+                            continue
+                        app.control.revoke(task)
+                        again(waiting.pop(task), "the worker running it stopped answering",
+                              lambda n: f"its grading was lost with {n} workers; not graded")
+    finally:
+        watch.stop()
+
+
+class _Watch(threading.Thread):
+    """Every LOOK_SECONDS, which tasks the queue lists or a live worker holds, away from the
+    coordinator's loop: asking the workers waits out a whole timeout for their answers."""
+
+    def __init__(self, app: Celery):
+        super().__init__(daemon=True, name="ctc-watch")
+        self.app, self.stopping = app, threading.Event()
+        self._looks: queue.SimpleQueue[tuple[float, set[str]]] = queue.SimpleQueue()
+
+    def run(self) -> None:
+        while not self.stopping.wait(LOOK_SECONDS):
+            started = time.monotonic()
+            try:
+                self._looks.put((started, _accounted_for(self.app)))
+            except Exception:  # the broker did not answer: no look this time
                 continue
-            app.control.revoke(task)
-            again(waiting.pop(task), "the worker running it stopped answering",
-                  lambda n: f"its grading was lost with {n} workers; not graded")
+
+    def looks(self) -> list[tuple[float, set[str]]]:
+        """The looks finished since the last call: (when each began, the task ids it found)."""
+        found = []
+        while not self._looks.empty():
+            found.append(self._looks.get())
+        return found
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=10)
 
 
 def _accounted_for(app: Celery) -> set[str]:
@@ -254,4 +314,5 @@ def _accounted_for(app: Celery) -> set[str]:
 def _send(app: Celery, lesson: Lesson, sent: Sent, log: Callable[[str], None]) -> None:
     """Queue ``sent`` under a new task id."""
     sent.task_id = task_id(lesson, sent)
+    sent.sent_at = time.monotonic()
     app.send_task(TASK, args=[sent.payload], task_id=sent.task_id)

@@ -148,6 +148,7 @@ class Run:
     replies: dict[str, list[str]] = field(default_factory=dict)  # a worker's, unjudged
     lost: dict[str, str] = field(default_factory=dict)  # probes that hung or killed the kernel
     rejudged: tuple[str, ...] = ()  # due to be judged again in a kernel of their own
+    skipped: dict[int, str] = field(default_factory=dict)  # cells not run, and why
 
 
 class Clock:
@@ -252,6 +253,18 @@ class Grading:
         if len(self.done()) < len(self.plan):
             self.event("notebook time limit reached" if self.clock.left() <= 0
                        else "too many kernel restarts")
+        await self.judge_again()
+        for exercise in self.plan:
+            if exercise.name not in self.done() and not self.raw:
+                self.verdicts[exercise.name] = self.judge(
+                    exercise, [Failure("not graded: the notebook did not get this far in "
+                                       "time")] * len(exercise.checks))
+        return Run(self.executed, self.verdicts, self.events, time.monotonic() - start,
+                   attempts, self.replies, self.lost, tuple(self.rejudge), dict(self.skipped))
+
+    async def judge_again(self) -> None:
+        """Judge again, each in a kernel of its own, the exercises that failed where an earlier
+        one they build on failed too (``rejudge``), while the notebook's time lasts."""
         for name, (index, failed) in self.rejudge.items():
             if self.clock.left() <= 5:
                 self.event("no time left to judge again the exercises that failed through "
@@ -266,13 +279,14 @@ class Grading:
             if again is not None and again.points == exercise.points:
                 self.verdicts[name] = replace(again, note="passes with a correct "
                                               + ", ".join(f"`{d.name}`" for d in failed))
-        for exercise in self.plan:
-            if exercise.name not in self.done() and not self.raw:
-                self.verdicts[exercise.name] = self.judge(
-                    exercise, [Failure("not graded: the notebook did not get this far in "
-                                       "time")] * len(exercise.checks))
-        return Run(self.executed, self.verdicts, self.events, time.monotonic() - start,
-                   attempts, self.replies, self.lost, tuple(self.rejudge))
+
+    def due_again(self, exercise: Exercise, verdict: Verdict, index: int) -> None:
+        """Put ``exercise`` in ``rejudge`` when it lost points, an earlier exercise it builds
+        on did too, and it is not still as released (then nothing earlier could help it)."""
+        failed = [self.by_name[d] for d in exercise.depends if d in self.verdicts
+                  and self.verdicts[d].points < self.by_name[d].points]
+        if verdict.points < exercise.points and failed and not unattempted(self.nb, exercise):
+            self.rejudge[exercise.name] = (index, failed)
 
     def done(self) -> set[str]:
         """Exercises judged (or, on a worker, probed), or whose probe was lost."""
@@ -487,10 +501,7 @@ class Grading:
             self.replies[exercise.name] = bodies
             return
         verdict = self.verdict(exercise, bodies)
-        failed = [self.by_name[d] for d in exercise.depends if d in self.verdicts
-                  and self.verdicts[d].points < self.by_name[d].points]
-        if verdict.points < exercise.points and failed and not unattempted(self.nb, exercise):
-            self.rejudge[exercise.name] = (index, failed)
+        self.due_again(exercise, verdict, index)
         self.verdicts[exercise.name] = verdict
 
     async def _probe(self, client: LimitedClient, km: SandboxKernelManager, private: str,
@@ -590,6 +601,27 @@ def _read_reply(path: Path) -> tuple[str, str | None]:
     if size > MAX_REPLY_BYTES:
         return "", "its reply file is too large"
     return b"".join(chunks).decode("utf-8", errors="replace"), None
+
+
+def judge_again(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...],
+                limits: Limits, use_sandbox: bool, partial: bool, verdicts: dict[str, Verdict],
+                skipped: dict[int, str], seconds: float) -> tuple[dict[str, Verdict], list[str]]:
+    """On a coordinator, after a worker ran ``nb`` in ``seconds`` (skipping the cells of
+    ``skipped``) and ``verdicts`` were judged from its replies: judge again here, as
+    ``run_submission`` would have at its end, the exercises that failed through an earlier
+    one, within what is left of the notebook's time. The verdicts and what happened."""
+    nb = nbformat.from_dict(nb)
+    with sandbox_uid() if use_sandbox else contextlib.nullcontext() as uid:
+        grading = Grading(nb, files, plan, uid, limits, use_sandbox, partial)
+        grading.clock.deadline -= max(0.0, seconds)
+        grading.skipped = dict(skipped)
+        at = {name: index for index, names in grading.points.items() for name in names}
+        for exercise in plan:  # in notebook order, as the run judged them
+            if exercise.name in verdicts:
+                grading.due_again(exercise, verdicts[exercise.name], at[exercise.name])
+                grading.verdicts[exercise.name] = verdicts[exercise.name]
+        asyncio.run(grading.judge_again())
+        return grading.verdicts, grading.events
 
 
 def run_submission(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...],

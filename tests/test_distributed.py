@@ -113,6 +113,44 @@ def test_two_graders_at_once_share_one_postgres_gradebook(database, tmp_path) ->
             assert float(got[(student, lesson)]["score"]) == score, (student, lesson)
 
 
+def test_graders_of_two_lessons_adding_one_student_at_once_both_keep_their_grades(
+        database, tmp_path) -> None:
+    """Two graders of different lessons reach a new student at the same instant: both insert
+    the student, one insert loses to the other's key, and that grader tries again instead of
+    recording a failure (once, two graders at once lost grades this way)."""
+    import threading
+
+    from grader.course import Course
+
+    url = servers.create_database(database, "race")
+    courses = [(Course(tmp_path / lesson.name, log=lambda _: None, database=url), lesson)
+               for lesson in (FLOATS, BACKPROP)]
+    for course, lesson in courses:
+        course.release(lesson)
+    errors = []
+
+    def zero(course, lesson, student: str, barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            course._zero(lesson, student)
+        except Exception as error:  # what the race raised, to report
+            errors.append(f"{student}: {error!r}"[:200])
+
+    for i in range(20):
+        barrier = threading.Barrier(2)
+        threads = [threading.Thread(target=zero, args=(course, lesson, f"race{i}", barrier))
+                   for course, lesson in courses]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == []
+    with courses[0][0].gradebook() as gb:
+        for i in range(20):
+            assert {s.assignment.name for s in gb.find_student(f"race{i}").submissions} == {
+                FLOATS.name, BACKPROP.name}
+
+
 def start_worker(broker: str, log: Path) -> subprocess.Popen:
     return grader_process("worker", "--broker", broker, "--concurrency", "1",
                           stdout=log.open("w"), stderr=subprocess.STDOUT,
@@ -144,6 +182,11 @@ def wait_for(condition, seconds: float, what: str) -> None:
 def test_workers_grade_a_class_and_a_worker_killed_mid_batch_loses_nothing(broker,
                                                                            tmp_path) -> None:
     expected = class_of(FLOATS, tmp_path / "class", students=6)
+    # decode fails through a wrong split_bits: the coordinator judges it again, in its sandbox.
+    instructor = nbformat.read(FLOATS.notebook, as_version=4)
+    cell(instructor, "split_bits").source = "def split_bits(bits, fmt):\n    return (0, 0, 0)"
+    submit(tmp_path / "class", "s_dep", instructor, FLOATS.notebook.name)
+    expected["s_dep"] = sum(points(instructor).values()) - points(instructor)["split_bits"]
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
     workers = [start_worker(broker, log) for log in logs]
     try:
@@ -155,7 +198,7 @@ def test_workers_grade_a_class_and_a_worker_killed_mid_batch_loses_nothing(broke
         out, err = coordinator.communicate(timeout=900)
         assert coordinator.returncode == 0, err
         assert "the worker running it stopped answering; sending it again" in out
-        assert "6 graded, 0 needs_review, 0 invalid of 6" in out
+        assert "7 graded, 0 needs_review, 0 invalid of 7" in out
     finally:
         for worker in workers:
             stop(worker)
@@ -163,7 +206,9 @@ def test_workers_grade_a_class_and_a_worker_killed_mid_batch_loses_nothing(broke
     got = read_export(tmp_path / "g.csv")
     assert {s: float(r["score"]) for (s, _), r in got.items()} == expected
     status = json.loads((tmp_path / "course" / "grading_status.json").read_text())
-    assert len(status[FLOATS.name]) == 6
+    assert len(status[FLOATS.name]) == 7
+    decode = status[FLOATS.name]["s_dep"]["exercises"]["decode"]
+    assert decode.get("note") == "passes with a correct `split_bits`", decode
 
 
 def running_pid(app, key: bytes) -> int | None:
