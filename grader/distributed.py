@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import queue
 import socket
 import tempfile
@@ -103,8 +104,10 @@ def _run_task(task, payload: dict) -> dict:
 def worker(broker: str, concurrency: int, visibility_timeout: int) -> int:
     """Run a worker until it is stopped (Ctrl-C, SIGTERM)."""
     app = make_app(broker, visibility_timeout)
+    # A name of its own per worker, also beside others on one machine: the coordinator's look
+    # at what the workers hold keeps one answer per name, and would lose the others' tasks.
     app.worker_main(["worker", "--loglevel=INFO", f"--concurrency={concurrency}",
-                     "--pool=prefork", f"--hostname=ctc-{socket.gethostname()}-%i@%h",
+                     "--pool=prefork", f"--hostname=ctc-{os.getpid()}@%h",
                      "--without-gossip", "--without-mingle"])
     return 0
 

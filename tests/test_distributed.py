@@ -12,6 +12,7 @@ import copy
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -209,6 +210,28 @@ def test_workers_grade_a_class_and_a_worker_killed_mid_batch_loses_nothing(broke
     assert len(status[FLOATS.name]) == 7
     decode = status[FLOATS.name]["s_dep"]["exercises"]["decode"]
     assert decode.get("note") == "passes with a correct `split_bits`", decode
+
+
+def test_two_workers_on_one_machine_each_keep_their_long_submission(broker, tmp_path) -> None:
+    """Two workers beside each other, each on a submission that runs for many of the
+    coordinator's looks: neither is taken for lost and sent again (workers that shared one
+    name once did, the look keeping one answer per name)."""
+    instructor = nbformat.read(FLOATS.notebook, as_version=4)
+    instructor.cells.append(nbformat.v4.new_code_cell("import time\ntime.sleep(12)"))
+    for student in ("slow_a", "slow_b"):
+        submit(tmp_path / "class", student, instructor, FLOATS.notebook.name)
+    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
+    workers = [start_worker(broker, log) for log in logs]
+    try:
+        wait_for(lambda: all("ready" in log.read_text() for log in logs), 60, "workers")
+        names = {re.search(r"(ctc-\S+@\S+) ready", log.read_text()).group(1) for log in logs}
+        assert len(names) == 2  # each worker answers under a name of its own
+        out, err = start_coordinator(broker, tmp_path).communicate(timeout=600)
+        assert "sending it again" not in out, out
+        assert "2 graded, 0 needs_review, 0 invalid of 2" in out, (out, err)
+    finally:
+        for worker in workers:
+            stop(worker)
 
 
 def running_pid(app, key: bytes) -> int | None:
