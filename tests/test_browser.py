@@ -8,6 +8,7 @@ build/screenshots/ for the test log.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from pathlib import Path
@@ -33,15 +34,23 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+@contextlib.contextmanager
+def lab_over(tmp: Path, folders: dict[str, Path], course: Course | None = None):
+    """A lab server (for the length of the block) over copies of ``folders`` (name: folder)
+    in ``tmp``/root, with the course's lab settings; yields its base URL and token."""
+    course = course or Course(tmp / "course", log=lambda _: None)
+    for name, folder in folders.items():
+        shutil.copytree(folder, tmp / "root" / name)
+    with running_lab(tmp / "root", lab_environment(course), 0,
+                     "--LabApp.expose_app_in_browser=True") as (base, token):
+        yield base, token
+
+
 @pytest.fixture(scope="module")
 def lab_all(tmp_path_factory, browser):
     """A lab server over every lesson's instructor version."""
-    tmp = tmp_path_factory.mktemp("browser-all")
-    course = Course(tmp / "course", log=lambda _: None)
-    for lesson in all_lessons():
-        shutil.copytree(lesson.folder, tmp / "root" / lesson.name)
-    with running_lab(tmp / "root", lab_environment(course), 0,
-                     "--LabApp.expose_app_in_browser=True") as (base, token):
+    folders = {lesson.name: lesson.folder for lesson in all_lessons()}
+    with lab_over(tmp_path_factory.mktemp("browser-all"), folders) as (base, token):
         yield base, token, browser
 
 
@@ -50,12 +59,8 @@ def lab(tmp_path_factory, browser):
     """A lab server over two folders: the student version and the instructor version."""
     tmp = tmp_path_factory.mktemp("browser")
     course = Course(tmp / "course", log=lambda _: None)
-    release = course.release(LESSON)
-    root = tmp / "root"
-    shutil.copytree(release, root / "student")
-    shutil.copytree(LESSON.folder, root / "instructor")
-    with running_lab(root, lab_environment(course), 0,
-                     "--LabApp.expose_app_in_browser=True") as (base, token):
+    folders = {"student": course.release(LESSON), "instructor": LESSON.folder}
+    with lab_over(tmp, folders, course) as (base, token):
         yield base, token, browser
 
 

@@ -27,24 +27,38 @@ def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path) -> N
     assert "newer version" not in done.stdout  # the course did not change: nothing to say
 
 
-def test_a_newer_course_version_is_announced_only_when_there_is_one(tmp_path) -> None:
+def workspace_of_one_lesson(tmp_path):
+    """A course, a student's workspace holding its first lesson, and what the course said."""
     from grader.course import Course
-    from grader.lab import prepare_workspace, reset_lessons
+    from grader.lab import prepare_workspace
 
     said: list[str] = []
     course = Course(tmp_path / "course", log=said.append)
     lesson = all_lessons()[0]
     workspace = tmp_path / "workspace"
     prepare_workspace(course, workspace, [lesson])
+    return course, lesson, workspace, said
+
+
+def change_the_release(course, lesson):
+    """The course changes the lesson (a newer release); its path."""
+    released = course.root / "release" / lesson.name / lesson.notebook.name
+    released.write_text(released.read_text() + " ")
+    released.touch()
+    return released
+
+
+def test_a_newer_course_version_is_announced_only_when_there_is_one(tmp_path) -> None:
+    from grader.lab import prepare_workspace, reset_lessons
+
+    course, lesson, workspace, said = workspace_of_one_lesson(tmp_path)
     mine = workspace / lesson.name / lesson.notebook.name
     mine.write_text(mine.read_text().replace("raise NotImplementedError()", "return 42", 1))
     said.clear()
     prepare_workspace(course, workspace, [lesson])
     assert not any("newer" in line for line in said), said  # edited, but the course is not newer
 
-    released = course.root / "release" / lesson.name / lesson.notebook.name
-    released.write_text(released.read_text() + " ")  # the course changes the lesson
-    released.touch()
+    change_the_release(course, lesson)
     said.clear()
     prepare_workspace(course, workspace, [lesson])
     assert any("newer version" in line and f"--reset {lesson.name}" in line for line in said)
@@ -58,17 +72,10 @@ def test_a_newer_course_version_is_announced_only_when_there_is_one(tmp_path) ->
 
 
 def test_an_unedited_copy_follows_the_course(tmp_path) -> None:
-    from grader.course import Course
     from grader.lab import prepare_workspace
 
-    said: list[str] = []
-    course = Course(tmp_path / "course", log=said.append)
-    lesson = all_lessons()[0]
-    workspace = tmp_path / "workspace"
-    prepare_workspace(course, workspace, [lesson])
-    released = course.root / "release" / lesson.name / lesson.notebook.name
-    released.write_text(released.read_text() + " ")
-    released.touch()
+    course, lesson, workspace, said = workspace_of_one_lesson(tmp_path)
+    released = change_the_release(course, lesson)
     said.clear()
     prepare_workspace(course, workspace, [lesson])
     mine = workspace / lesson.name / lesson.notebook.name

@@ -7,17 +7,14 @@ each value the explorer shows becomes what the reference functions give for the 
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import pytest
 
-from grader.course import Course
-from grader.lab import lab_environment, running_lab
 from grader.lessons import load_lesson
 from solutions.flops import arithmetic_intensity, matmul_bytes, matmul_flops, ridge_point, roofline
 from solutions.hardware import load_hardware
-from tests.test_browser import CHROMIUM, KERNEL_STATUS, SCREENSHOTS, error_texts, run_all
+from tests.test_browser import CHROMIUM, KERNEL_STATUS, SCREENSHOTS, error_texts, lab_over, run_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
@@ -30,11 +27,8 @@ HARDWARE = load_hardware()
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, browser):
     """A lab server over the lesson's instructor version."""
-    tmp = tmp_path_factory.mktemp("widget-03")
-    course = Course(tmp / "course", log=lambda _: None)
-    shutil.copytree(LESSON.folder, tmp / "root" / "instructor")
-    with running_lab(tmp / "root", lab_environment(course), 0,
-                     "--LabApp.expose_app_in_browser=True") as (base, token):
+    folders = {"instructor": LESSON.folder}
+    with lab_over(tmp_path_factory.mktemp("widget-03"), folders) as (base, token):
         yield base, token, browser
 
 

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 
 import pytest
 
-from grader.course import Course
-from grader.lab import lab_environment, running_lab
 from grader.lessons import load_lesson
 from solutions.backprop import gated_mlp_d_ff, transformer_params
 from solutions.memory_explorer import _gb, memory_budget
-from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, run_all
+from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
@@ -31,11 +28,8 @@ MODELS = json.loads((LESSON.folder / "models.json").read_text())["models"]
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, browser):
     """A lab server over the instructor version of lesson 05."""
-    tmp = tmp_path_factory.mktemp("widget-05")
-    course = Course(tmp / "course", log=lambda _: None)
-    shutil.copytree(LESSON.folder, tmp / "root" / "instructor")
-    with running_lab(tmp / "root", lab_environment(course), 0,
-                     "--LabApp.expose_app_in_browser=True") as (base, token):
+    folders = {"instructor": LESSON.folder}
+    with lab_over(tmp_path_factory.mktemp("widget-05"), folders) as (base, token):
         yield base, token, browser
 
 
