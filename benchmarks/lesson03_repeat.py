@@ -20,13 +20,18 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 
-LESSON = Path(__file__).resolve().parent.parent / "notebooks" / "03_matmul_flops"
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.run_lessons import execute  # noqa: E402
+
+LESSON = REPO / "notebooks" / "03_matmul_flops"
 MARKER = "LESSON03-FIGURES "
 # Appended to the notebook: the figures its cells left in the kernel, as one JSON line.
 REPORT = f"""
@@ -44,16 +49,7 @@ def run_once(grading: bool) -> dict[str, float]:
     """Execute the notebook in a fresh kernel; the figures its measurement cells computed."""
     nb = nbformat.read(next(LESSON.glob("*.ipynb")), as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(REPORT))
-    saved = os.environ.pop("NBGRADER_EXECUTION", None)
-    if grading:
-        os.environ["NBGRADER_EXECUTION"] = "validate"
-    try:
-        NotebookClient(nb, timeout=300, kernel_name="python3",
-                       resources={"metadata": {"path": str(LESSON)}}).execute()
-    finally:
-        os.environ.pop("NBGRADER_EXECUTION", None)
-        if saved is not None:
-            os.environ["NBGRADER_EXECUTION"] = saved
+    execute(nb, LESSON, grading, timeout=300)
     text = "".join(output.get("text", "") for output in nb.cells[-1].outputs)
     line = next(line for line in text.splitlines() if line.startswith(MARKER))
     return {name: value for name, value in json.loads(line[len(MARKER):]).items()

@@ -42,23 +42,32 @@ def text_of(cell: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
-def run(notebook: Path, grading: bool, out: Path | None) -> bool:
-    """Execute one notebook and print its report; True when no cell raised."""
-    nb = nbformat.read(notebook, as_version=4)
+def execute(nb: nbformat.NotebookNode, folder: Path, grading: bool, timeout: int = 600,
+            allow_errors: bool = False) -> None:
+    """Run ``nb`` top to bottom in a fresh kernel working in ``folder``, outputs kept in
+    ``nb``; with ``grading``, NBGRADER_EXECUTION is set as nbgrader sets it (the lessons' demo
+    cells then do less work)."""
     saved = os.environ.pop("NBGRADER_EXECUTION", None)
     if grading:
         os.environ["NBGRADER_EXECUTION"] = "validate"
-    start = time.perf_counter()
     try:
-        # allow_errors: run every cell, so one failure does not hide the rest of the lesson.
-        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(notebook.parent)}}).execute()
-    except CellExecutionError as error:  # a cell timed out or the kernel died
-        print(f"  the run stopped: {str(error).splitlines()[0]}")
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                       resources={"metadata": {"path": str(folder)}}).execute()
     finally:
         os.environ.pop("NBGRADER_EXECUTION", None)
         if saved is not None:
             os.environ["NBGRADER_EXECUTION"] = saved
+
+
+def run(notebook: Path, grading: bool, out: Path | None) -> bool:
+    """Execute one notebook and print its report; True when no cell raised."""
+    nb = nbformat.read(notebook, as_version=4)
+    start = time.perf_counter()
+    try:
+        # allow_errors: run every cell, so one failure does not hide the rest of the lesson.
+        execute(nb, notebook.parent, grading, allow_errors=True)
+    except CellExecutionError as error:  # a cell timed out or the kernel died
+        print(f"  the run stopped: {str(error).splitlines()[0]}")
     seconds = time.perf_counter() - start
     code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     errors = [(i, o) for i, c in code for o in c.get("outputs", []) if o.output_type == "error"]
