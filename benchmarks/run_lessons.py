@@ -25,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 REPO = Path(__file__).resolve().parent.parent
 PASSED = "all visible checks passed"
@@ -63,11 +63,13 @@ def run(notebook: Path, grading: bool, out: Path | None) -> bool:
     """Execute one notebook and print its report; True when no cell raised."""
     nb = nbformat.read(notebook, as_version=4)
     start = time.perf_counter()
+    ok = True
     try:
         # allow_errors: run every cell, so one failure does not hide the rest of the lesson.
         execute(nb, notebook.parent, grading, allow_errors=True)
-    except CellExecutionError as error:  # a cell timed out or the kernel died
-        print(f"  the run stopped: {str(error).splitlines()[0]}")
+    except (CellTimeoutError, DeadKernelError) as error:  # a cell timed out, the kernel died
+        print(f"  the run stopped: {type(error).__name__}: {(str(error) or '?').splitlines()[0]}")
+        ok = False
     seconds = time.perf_counter() - start
     code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     errors = [(i, o) for i, c in code for o in c.get("outputs", []) if o.output_type == "error"]
@@ -85,7 +87,7 @@ def run(notebook: Path, grading: bool, out: Path | None) -> bool:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out / notebook.name)
-    return not errors
+    return ok and not errors
 
 
 def main() -> None:
