@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+from grader.progress import execute
 
 REPO = Path(__file__).resolve().parent.parent
 PASSED = "all visible checks passed"
@@ -42,23 +43,6 @@ def text_of(cell: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
-def execute(nb: nbformat.NotebookNode, folder: Path, grading: bool, timeout: int = 600,
-            allow_errors: bool = False) -> None:
-    """Run ``nb`` top to bottom in a fresh kernel working in ``folder``, outputs kept in
-    ``nb``; with ``grading``, NBGRADER_EXECUTION is set as nbgrader sets it (the lessons' demo
-    cells then do less work)."""
-    saved = os.environ.pop("NBGRADER_EXECUTION", None)
-    if grading:
-        os.environ["NBGRADER_EXECUTION"] = "validate"
-    try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
-                       resources={"metadata": {"path": str(folder)}}).execute()
-    finally:
-        os.environ.pop("NBGRADER_EXECUTION", None)
-        if saved is not None:
-            os.environ["NBGRADER_EXECUTION"] = saved
-
-
 def run(notebook: Path, grading: bool, out: Path | None) -> bool:
     """Execute one notebook and print its report; True when no cell raised."""
     nb = nbformat.read(notebook, as_version=4)
@@ -66,7 +50,7 @@ def run(notebook: Path, grading: bool, out: Path | None) -> bool:
     ok = True
     try:
         # allow_errors: run every cell, so one failure does not hide the rest of the lesson.
-        execute(nb, notebook.parent, grading, allow_errors=True)
+        execute(nb, notebook.parent, "validate" if grading else None, 600, allow_errors=True)
     except (CellTimeoutError, DeadKernelError) as error:  # a cell timed out, the kernel died
         print(f"  the run stopped: {type(error).__name__}: {(str(error) or '?').splitlines()[0]}")
         ok = False

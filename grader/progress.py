@@ -17,21 +17,29 @@ from grader.lab_validate import HIDDEN_NOTE, summarize
 from grader.lessons import Lesson
 
 
+def execute(nb: nbformat.NotebookNode, folder: Path, mode: str | None, timeout: int,
+            **options) -> None:
+    """Run ``nb`` top to bottom in a fresh kernel working in ``folder``, its outputs kept in
+    ``nb``. NBGRADER_EXECUTION is ``mode`` meanwhile, as nbgrader sets it ("validate",
+    "autograde": the lessons' demos then do less work), or unset for None. ``options`` go to
+    nbclient's ``NotebookClient``."""
+    previous = os.environ.pop("NBGRADER_EXECUTION", None)
+    if mode is not None:
+        os.environ["NBGRADER_EXECUTION"] = mode
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(folder)}}, **options).execute()
+    finally:
+        os.environ.pop("NBGRADER_EXECUTION", None)
+        if previous is not None:
+            os.environ["NBGRADER_EXECUTION"] = previous
+
+
 def lesson_progress(notebook: Path, timeout: int = 120) -> str:
     """The summary of one notebook, run in a copy in memory."""
     nb = nbformat.read(notebook, as_version=4)
-    previous = os.environ.get("NBGRADER_EXECUTION")
-    os.environ["NBGRADER_EXECUTION"] = "validate"  # demos shrink, as under Validate
-    try:
-        client = NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
-                                resources={"metadata": {"path": str(notebook.parent)}},
-                                iopub_timeout=30, raise_on_iopub_timeout=False)
-        client.execute()
-    finally:
-        if previous is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = previous
+    execute(nb, notebook.parent, "validate", timeout, allow_errors=True,  # as under Validate
+            iopub_timeout=30, raise_on_iopub_timeout=False)
     _, summary = summarize(nb)
     return summary.replace("\n\n" + HIDDEN_NOTE, "")
 

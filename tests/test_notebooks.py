@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import time
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from grader import probe
 from grader.lessons import all_lessons
+from grader.progress import execute
 from grader.sync import sync_lesson
 
 LESSONS = all_lessons()
@@ -102,28 +101,18 @@ def test_every_error_an_exercise_asks_for_is_checked(lesson) -> None:
         text = ""
 
 
-def run_notebook(lesson, env: dict[str, str]) -> tuple[nbformat.NotebookNode, float]:
+def run_notebook(lesson, mode: str | None) -> tuple[nbformat.NotebookNode, float]:
     nb = nbformat.read(lesson.notebook, as_version=4)
-    old = dict(os.environ)
-    os.environ.update(env)
-    try:
-        start = time.perf_counter()
-        NotebookClient(nb, timeout=120, kernel_name="python3",
-                       resources={"metadata": {"path": str(lesson.folder)}}).execute()
-        return nb, time.perf_counter() - start
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    start = time.perf_counter()
+    execute(nb, lesson.folder, mode, 120)
+    return nb, time.perf_counter() - start
 
 
 @pytest.mark.slow
 @by_name
 @pytest.mark.parametrize("mode", ["lecture", "autograde"])
 def test_instructor_notebook_runs_end_to_end_with_every_check_passing(lesson, mode) -> None:
-    env = {"NBGRADER_EXECUTION": "autograde"} if mode == "autograde" else {}
-    if mode == "lecture":
-        os.environ.pop("NBGRADER_EXECUTION", None)
-    nb, seconds = run_notebook(lesson, env)
+    nb, seconds = run_notebook(lesson, "autograde" if mode == "autograde" else None)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert errors == []
     passed = [c for c in nb.cells if "all visible checks passed" in
