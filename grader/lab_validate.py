@@ -35,7 +35,8 @@ def _error_line(cell: NotebookNode) -> str | None:
 def summarize(nb: NotebookNode) -> tuple[list[dict[str, str]], str]:
     """The failed exercises (as nbgrader's answer lists failed cells) and the summary text."""
     failed, rows = [], []
-    total = passed_points = passed = 0.0
+    total = passed_points = 0.0
+    passed = 0
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if not (meta.get("grade") and str(meta.get("grade_id", "")).startswith("test-")):
@@ -53,9 +54,8 @@ def summarize(nb: NotebookNode) -> tuple[list[dict[str, str]], str]:
                         f"({points:g} point{'s' * (points != 1)}): {short}")
             failed.append({"source": f"{name} ({points:g} point{'s' * (points != 1)})",
                            "error": html.escape(short), "raw_error": short})
-    count = sum(1 for row in rows)
     summary = "\n".join([
-        f"{int(passed)} of {count} exercises pass their visible checks "
+        f"{passed} of {len(rows)} exercises pass their visible checks "
         f"({passed_points:g} of {total:g} points).", "", *rows, "", HIDDEN_NOTE])
     return failed, summary
 
