@@ -400,11 +400,6 @@ class Course:
                                  "reason": status.get("reason", "")})
         return rows
 
-    def export(self, csv_path: Path) -> int:
-        from grader.export import export
-
-        return export(self, csv_path)
-
     # ------------------------------------------------------------------ feedback
 
     def feedback(self, lesson: Lesson, zips: bool = False) -> Path:
