@@ -251,6 +251,12 @@ def finish(prepared: Prepared, run: Run, lesson: Lesson) -> Graded:
                   prepared.flags)
 
 
+def not_graded(prepared: Prepared, why: str) -> Graded:
+    """A prepared submission that could not be run or judged: needs_review, saying why."""
+    return Graded(prepared.student_id, "needs_review", [*prepared.reasons, why[:500]],
+                  flags=prepared.flags)
+
+
 def run_prepared(prepared: Prepared, lesson: Lesson, limits: Limits, use_sandbox: bool,
                  partial: bool = False) -> Graded:
     """Run a prepared submission here, judging as it goes."""
@@ -259,8 +265,7 @@ def run_prepared(prepared: Prepared, lesson: Lesson, limits: Limits, use_sandbox
         run = run_submission(prepared.notebook, files, exercises(lesson), limits, use_sandbox,
                              partial)
     except GradingError as error:
-        return Graded(prepared.student_id, "needs_review",
-                      [*prepared.reasons, f"grading error: {error}"[:500]], flags=prepared.flags)
+        return not_graded(prepared, f"grading error: {error}")
     return finish(prepared, run, lesson)
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from celery import Celery
 
-from grader.autograde import Graded, Prepared, finish, run_prepared
+from grader.autograde import Graded, Prepared, finish, not_graded, run_prepared
 from grader.execute import GradingError, Run, judge_again, verdict_from_replies
 from grader.intake import text_safe
 from grader.lessons import Lesson
@@ -147,9 +147,7 @@ def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool
     exercise it builds on is judged again with the course's version of that one: that run
     happens here, in this machine's own sandbox, so that reference code never leaves it."""
     if "error" in result:
-        return Graded(prepared.student_id, "needs_review",
-                      [*prepared.reasons, f"grading error on a worker: {result['error']}"[:500]],
-                      flags=prepared.flags)
+        return not_graded(prepared, f"grading error on a worker: {result['error']}")
     events = list(result.get("events", []))
     verdicts = {}
     for exercise in exercises(lesson):
@@ -182,9 +180,7 @@ def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool
                                                 limits, use_sandbox, partial, verdicts, skipped,
                                                 seconds)
         except GradingError as error:
-            return Graded(prepared.student_id, "needs_review",
-                          [*prepared.reasons, f"grading error: {error}"[:500]],
-                          flags=prepared.flags)
+            return not_graded(prepared, f"grading error: {error}")
         events += [e for e in more_events if e not in events]
     from nbformat import from_dict
 
