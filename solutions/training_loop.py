@@ -10,7 +10,6 @@ keeps fp32 master weights for bf16 parameters (and, with ``state_bits=8``, its m
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -141,7 +140,7 @@ class MixedPrecisionAdamW(torch.optim.Optimizer):
                 master.mul_(1 - lr * weight_decay)
                 m.lerp_(grad, 1 - beta1)
                 v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                denom = (v.sqrt() / math.sqrt(1 - beta2**t)).add_(eps)
+                denom = (v.sqrt() / (1 - beta2**t) ** 0.5).add_(eps)  # as torch, and lesson 05
                 master.addcdiv_(m, denom, value=-lr / (1 - beta1**t))
                 self._store(state, m, v)
                 p.copy_(master)  # rounded to the parameter's dtype
