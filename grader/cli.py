@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from grader.handins import LAYOUTS
 from grader.lessons import CourseError, lesson_names, load_lesson
 from grader.sandbox import Limits
 
@@ -19,8 +20,10 @@ USAGE = """\
 python -m grader sync [--check] [LESSON ...]      notebooks <- solutions/, grader/cases/, data/
 python -m grader release [LESSON ...]             student versions -> <course-dir>/release/LESSON/
 python -m grader autograde LESSON SUBMISSIONS     grade <student_id>/<notebook>.ipynb (folder, zip)
-python -m grader feedback LESSON                  HTML feedback per student
-python -m grader export [--format csv|canvas|moodle] [--roster FILE] [--csv FILE]
+                 [--from LAYOUT]                  or an LMS's download as it came (see README)
+python -m grader feedback LESSON [--zip]          HTML feedback per student (--zip: for the LMS)
+python -m grader export [--format csv|canvas|moodle] [--roster FILE] [--assignments FILE]
+                 [--include-flagged] [--csv FILE]
 python -m grader report LESSON                    pass rates, score histogram, flagged ones
 python -m grader lab [--smoke] [--reset LESSON]   the student workspace in JupyterLab
 python -m grader progress [LESSON ...]            which of your exercises pass their checks
@@ -76,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "passed (default: all or nothing)")
     autograde.add_argument("--resume", action="store_true",
                            help="skip students whose stored grade is of this very notebook")
+    autograde.add_argument("--from", dest="layout", choices=LAYOUTS, metavar="LAYOUT",
+                           help="how SUBMISSIONS is laid out: " + ", ".join(LAYOUTS)
+                                + " (default: recognised from its files)")
     autograde.add_argument("--broker", metavar="URL",
                            help="send submissions to workers on this Celery broker "
                                 "(redis://HOST:PORT/0) instead of grading here")
@@ -83,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     feedback = commands.add_parser("feedback", parents=[common], help="HTML feedback pages")
     feedback.add_argument("lesson", metavar="LESSON")
     feedback.add_argument("--zip", action="store_true",
-                          help="also one zip per student, for an LMS's bulk upload")
+                          help="also what the students' LMS takes back: Moodle's feedback zip, "
+                               "Canvas's folders, else one zip per student")
 
     report = commands.add_parser("report", parents=[common],
                                  help="pass rates, score histogram, flagged submissions")
@@ -96,8 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="csv: one row per student and lesson; canvas, moodle: the LMS's "
                              "grade import file, one row per student")
     export.add_argument("--roster", type=Path, metavar="FILE",
-                        help="CSV with a student_id column and the LMS's columns for each "
-                             "student (see README)")
+                        help="the LMS's identifiers of each student: a CSV with a student_id "
+                             "column, Canvas's gradebook export or Moodle's grading worksheet "
+                             "(see README)")
+    export.add_argument("--assignments", type=Path, metavar="FILE",
+                        help="CSV lesson,title,id,points: the LMS assignment of each lesson "
+                             "(needed for canvas; points scale the scores)")
+    export.add_argument("--include-flagged", action="store_true",
+                        help="write the computed scores of needs_review and invalid "
+                             "submissions (default: left blank and listed)")
 
     worker = commands.add_parser("worker", parents=[common],
                                  help="run submissions that autograde --broker sends")
@@ -176,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         statuses = course.autograde(load_lesson(args.lesson), args.submissions, jobs=args.jobs,
                                     use_sandbox=not args.no_sandbox, limits=limits,
                                     partial=args.partial_credit, resume=args.resume,
-                                    broker=args.broker)
+                                    broker=args.broker, layout=args.layout)
         counts = {s: sum(v["status"] == s for v in statuses.values())
                   for s in ("graded", "needs_review", "invalid")}
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(statuses)}")
@@ -194,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
 
         suffix = "" if args.format == "csv" else f"-{args.format}"
         export(course, args.csv or course.root / f"grades{suffix}.csv", args.format,
-               args.roster)
+               args.roster, args.assignments, args.include_flagged)
         return 0
     if args.command == "demo":
         from grader.lab import demo

@@ -35,14 +35,12 @@ import nbformat
 
 from grader import ledger
 from grader.autograde import Graded, grade_submission
+from grader.handins import LABELS, Handin, named_by_lms, recognise
 from grader.intake import (
     Received,
     copy_notebook,
     display_name,
-    find_notebook,
     inert,
-    step_into_class_folder,
-    student_folders,
     text_safe,
     unpack_zip,
     valid_student_id,
@@ -84,6 +82,7 @@ class Course:
 
     def __post_init__(self) -> None:
         self._details: dict[str, dict[str, dict]] = {}
+        self._handins: dict[str, dict[str, dict]] = {}  # lesson -> student -> Handin.record
         self._gradebook_lock = threading.Lock()  # one reader or writer of the gradebook at once
         self.root = self.root.resolve()
         if self.root.exists() and not self.root.is_dir():
@@ -148,8 +147,10 @@ class Course:
     def autograde(self, lesson: Lesson, submissions: Path, jobs: int = 1,
                   use_sandbox: bool = True, limits: Limits | None = None,
                   partial: bool = False, resume: bool = False, broker: str | None = None,
-                  ) -> dict[str, dict[str, str]]:
-        """Grade every student's notebook in ``submissions`` (a folder or a zip of folders)."""
+                  layout: str | None = None) -> dict[str, dict[str, str]]:
+        """Grade every student's notebook in ``submissions``: a folder or a zip, in the
+        grader's own layout or as an LMS delivers it (``layout``: see grader/handins.py;
+        recognised from the files when None)."""
         if not submissions.exists():
             raise CourseError(f"no such submissions folder or zip: {submissions}")
         if use_sandbox and bwrap_path() is None:
@@ -172,19 +173,31 @@ class Course:
         limits = limits or Limits()
         statuses: dict[str, dict[str, str]] = {}
         with _unpacked(submissions, self.root) as received:
-            if not received.students:
+            layout, handins, notes = recognise(received.root, lesson.name,
+                                               lesson.notebook.name, layout,
+                                               received.refused_members,
+                                               display_name(str(submissions)))
+            received.notes += notes
+            if not handins:
                 refused = "".join(f"\n  {note}" for note in received.notes[:20])
-                raise CourseError(f"{display_name(str(submissions))} holds no student folders "
-                                  "(expected SUBMISSIONS/<student_id>/<notebook>.ipynb)"
-                                  + refused)
+                raise CourseError(f"{display_name(str(submissions))} holds no hand-ins "
+                                  f"(read as {LABELS[layout]}; expected SUBMISSIONS/<student_id>/"
+                                  "<notebook>.ipynb, or an LMS's download as it came)" + refused)
+            late = sum(h.late for h in handins)
+            self.log(f"recognised {LABELS[layout]}: {len(handins)} student(s)"
+                     + (f", {late} marked late" if late else "")
+                     + ("" if layout in ("folders", "nbgrader") else
+                        " (override with --from if that is wrong)"))
             for note in received.notes:
                 self.log(note)
-            progress = Progress(len(received.students), self.log)
+            self._handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
+            progress = Progress(len(handins), self.log, self._handins[lesson.name])
             stored = self.statuses(lesson.name).get(lesson.name, {}) if resume else {}
             pending = []
             try:
-                for name in received.students:
-                    early = self._receive(lesson, received, name)
+                for handin in handins:
+                    name = handin.student_id
+                    early = self._receive(lesson, handin)
                     if isinstance(early, Graded):
                         graded = progress.done(self._store(lesson, early))
                         statuses[graded.student_id] = graded.outcome()
@@ -251,29 +264,31 @@ class Course:
     def has_gradebook(self) -> bool:
         return self.database is not None or (self.root / "gradebook.db").exists()
 
-    def _receive(self, lesson: Lesson, received: Received, name: str,
+    def _receive(self, lesson: Lesson, handin: Handin,
                  ) -> Graded | tuple[str, Path, list[str], str]:
         """Copy a student's notebook (and nothing else) in; what cannot be graded, say why."""
-        refused = received.refused.get(name, [])
+        name, reasons = handin.student_id, handin.reasons
         if not valid_student_id(name):
+            what = "the folder's name" if self._handins.get(lesson.name, {}).get(
+                name, {}).get("from") in ("folders", "nbgrader", None) else "the LMS's id"
             return Graded(display_name(name), "invalid", [
-                "the folder's name is not a student id (letters, digits and ._@+-, at most 100;"
-                " rename the folder)", *refused])
+                f"{what} is not a student id (letters, digits and ._@+-, at most 100;"
+                " rename it)", *reasons])
         try:
-            notebook, note = find_notebook(received.root / name, lesson.notebook.name)
             target = self.root / "submitted" / name / lesson.name
             if target.exists():  # re-grading replaces the earlier submission entirely
                 remove_tree(target)
-            if notebook is None:
-                return Graded(name, "invalid", [note, *refused])
+            if handin.notebook is None:
+                return Graded(name, "invalid", reasons or [
+                    f"no notebook {lesson.notebook.name} in the submission"])
             copy = target / lesson.notebook.name
-            copy_notebook(notebook, copy)
+            copy_notebook(handin.notebook, copy)
             digest = hashlib.sha256(copy.read_bytes()).hexdigest()
         except OSError as error:
             return Graded(name, "invalid", [f"the submission could not be read "
                                             f"({error.strerror or type(error).__name__})",
-                                            *refused])
-        return name, copy, [n for n in (note, *refused) if n], digest
+                                            *reasons])
+        return name, copy, list(reasons), digest
 
     def _store(self, lesson: Lesson, graded: Graded) -> Graded:
         """Write one submission's grades: every earlier grade of it is replaced. A student whose
@@ -329,7 +344,8 @@ class Course:
         for attempt in range(3):
             try:
                 with self.gradebook() as gb:
-                    gb.update_or_create_student(student_id)
+                    gb.update_or_create_student(student_id, **self._student_fields(
+                        lesson, student_id))
                     submission = gb.update_or_create_submission(lesson.name, student_id)
                     for notebook in submission.notebooks:
                         for grade in notebook.grades:
@@ -341,14 +357,28 @@ class Course:
                 if attempt == 2:
                     raise
 
+    def _student_fields(self, lesson: Lesson, student_id: str) -> dict[str, str]:
+        """What nbgrader's Student row keeps of a hand-in: the name (for formgrader), the
+        e-mail and the LMS's own id, where the download gave them."""
+        record = self._handins.get(lesson.name, {}).get(student_id)
+        if not record:
+            return {}
+        fields = {"last_name": record["name"][:120] or None,
+                  "email": record["email"][:120] or None}
+        if record["from"] not in ("folders", "nbgrader"):
+            fields["lms_user_id"] = student_id
+        return {k: v for k, v in fields.items() if v}
+
     def _record(self, lesson: Lesson, statuses: dict[str, dict[str, str]]) -> None:
         """Store each graded submission's status in the ledger (the gradebook's database), then
         write grading_status.json, a copy of the whole ledger, for people and scripts."""
         details = self._details.get(lesson.name, {})
+        handins = self._handins.get(lesson.name, {})
         ledger.write(self.db_url, lesson.name, [
             {"student_id": student, "status": status["status"], "reason": status["reason"],
              "notebook_sha256": status.get("notebook_sha256", ""),
-             "details": details.get(student, {})}
+             "details": {**details.get(student, {}),
+                         **({"handin": handins[student]} if student in handins else {})}}
             for student, status in statuses.items()])
         path = self.root / STATUS_FILE
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -388,6 +418,7 @@ class Course:
                         "max_score": max_score,
                         "status": status.get("status", "graded"),
                         "reason": status.get("reason", ""),
+                        **_handin_fields(status),
                     })
             max_scores = {a.name: float(a.max_score) for a in gb.assignments}
         known = {(row["student_id"], row["lesson"]) for row in rows}
@@ -397,7 +428,7 @@ class Course:
                     rows.append({"student_id": student, "lesson": lesson, "score": 0.0,
                                  "max_score": max_scores[lesson],
                                  "status": status.get("status", "invalid"),
-                                 "reason": status.get("reason", "")})
+                                 "reason": status.get("reason", ""), **_handin_fields(status)})
         return rows
 
     # ------------------------------------------------------------------ feedback
@@ -426,32 +457,82 @@ class Course:
                          "the graded notebook")
         self.log(f"feedback pages in {folder}/<student_id>/{lesson.name}/")
         if zips:
-            target = self.root / "feedback-zips" / lesson.name
-            target.mkdir(parents=True, exist_ok=True)
-            made = 0
-            for page in sorted(folder.glob(f"*/{lesson.name}/*.html")):
-                student = page.parent.parent.name
+            self._feedback_for_lms(lesson, sorted(folder.glob(f"*/{lesson.name}/*.html")))
+        return folder
+
+
+    def _feedback_for_lms(self, lesson: Lesson, pages: list[Path]) -> None:
+        """The feedback pages as each student's LMS takes them back, in feedback-zips/LESSON/:
+
+        - Moodle ("Upload multiple feedback files in a zip", mod/assign/feedback/file/
+          importziplib.php): one zip, a folder per student named
+          ``<Full Name>_<participant id>_assignfeedback_file_`` as the download named them.
+        - Canvas takes bulk feedback only through its API: a folder per student named as the
+          download named them (``<name>[_LATE]_<user id>``), to attach by hand or by script.
+        - Others: one zip per student, ``<student_id>.zip``.
+        """
+        target = self.root / "feedback-zips" / lesson.name
+        if target.exists():
+            remove_tree(target)
+        target.mkdir(parents=True)
+        records = self.statuses(lesson.name).get(lesson.name, {})
+        moodle, canvas, single, skipped = [], 0, 0, []
+        for page in pages:
+            student = page.parent.parent.name
+            handin = records.get(student, {}).get("handin") or {}
+            source, named = handin.get("from"), str(handin.get("download_name", ""))
+            if source in ("moodle", "canvas") and not _safe_component(named):
+                skipped.append(student)
+            elif source == "moodle":
+                moodle.append((f"{named}_assignfeedback_file_/{page.name}", page))
+            elif source == "canvas":
+                (target / "canvas" / named).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(page, target / "canvas" / named / page.name)
+                canvas += 1
+            else:
                 with zipfile.ZipFile(target / f"{student}.zip", "w",
                                      compression=zipfile.ZIP_DEFLATED) as archive:
                     archive.write(page, f"{student}/{lesson.name}/{page.name}")
-                made += 1
-            self.log(f"{made} zip(s) in {target}/, one per student")
-        return folder
+                single += 1
+        if moodle:
+            with zipfile.ZipFile(target / "moodle-feedback.zip", "w",
+                                 compression=zipfile.ZIP_DEFLATED) as archive:
+                for member, page in moodle:
+                    archive.write(page, member)
+            self.log(f"{len(moodle)} page(s) in {target}/moodle-feedback.zip: in the Moodle "
+                     "assignment, View all submissions > Grading action > Upload multiple "
+                     "feedback files in a zip")
+        if canvas:
+            self.log(f"{canvas} folder(s) in {target}/canvas/, one per student as Canvas's "
+                     "download named them: Canvas takes feedback files only one by one (or "
+                     "through its API), not as a zip")
+        if single:
+            self.log(f"{single} zip(s) in {target}/, one per student")
+        if skipped:
+            self.log(f"no LMS folder for {len(skipped)} student(s) whose download name cannot "
+                     "be a file name: " + inert(", ".join(skipped), 300))
 
 
 class Progress:
     """Submissions done, failed and remaining: one line each, or a live line on a terminal."""
 
-    def __init__(self, total: int, log: Callable[[str], None]):
-        self.total, self.log = total, log
+    def __init__(self, total: int, log: Callable[[str], None],
+                 handins: dict[str, dict] | None = None):
+        self.total, self.log, self.handins = total, log, handins or {}
         self.counts = {"graded": 0, "needs_review": 0, "invalid": 0}
         self.live = sys.stderr.isatty()
 
     def done(self, graded: Graded) -> Graded:
         self.counts[graded.status] += 1
         finished = sum(self.counts.values())
-        line = (f"[{finished}/{self.total}] {inert(graded.student_id, 120)}: {graded.status}"
-                + (f" ({inert(graded.reason)})" if graded.reason else ""))
+        handin = self.handins.get(graded.student_id, {})
+        who = ", ".join(x for x in (handin.get("name", ""), "LATE" if handin.get("late") else "")
+                        if x)
+        remarks = "; ".join(handin.get("remarks", []))
+        line = (f"[{finished}/{self.total}] {inert(graded.student_id, 120)}"
+                + (f" ({inert(who, 120)})" if who else "") + f": {graded.status}"
+                + (f" ({inert(graded.reason)})" if graded.reason else "")
+                + (f" [{inert(remarks)}]" if remarks else ""))
         self.log(line)
         if self.live:
             bar = "#" * (30 * finished // self.total)
@@ -478,27 +559,34 @@ def _unpacked(submissions: Path, course_root: Path) -> Iterator[Received]:
         raise CourseError(f"cannot read {display_name(str(submissions))}: "
                           f"{error.strerror}") from None
     if is_folder:
-        yield Received(submissions, student_folders(submissions))
+        yield Received(submissions)
         return
     if not zipfile.is_zipfile(submissions):
         raise CourseError(f"{display_name(str(submissions))} is neither a folder nor a zip file")
     tmp = Path(tempfile.mkdtemp(dir=course_root, prefix="unzip-"))
     try:
-        received = unpack_zip(submissions, tmp)
-        root = step_into_class_folder(tmp)
-        received.root, received.students = root, student_folders(root)
-        depth = 0 if root == tmp else 1
-        refused: dict[str, list[str]] = {}
-        for parts, why in received.refused_members:
-            owner = parts[depth] if len(parts) > depth + 1 else ""
-            if owner in received.students:
-                refused.setdefault(owner, []).append(why)
-            else:
-                received.notes.append(why)
-        received.refused = refused
-        yield received
+        yield unpack_zip(submissions, tmp, named_by_lms)
     finally:
         remove_tree(tmp)
+
+
+def _safe_component(name: str) -> bool:
+    """Whether a name the download gave can name a folder here and in a zip: one path
+    component, valid UTF-8, nothing a terminal would run."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return (0 < len(name.encode()) <= 200 and name not in (".", "..") and "/" not in name
+            and "\\" not in name and inert(name, 1000) == name)
+
+
+def _handin_fields(status: dict) -> dict[str, object]:
+    """What a grade row shows of the hand-in: the name, the LMS's late mark, its layout."""
+    handin = status.get("handin") or {}
+    return {"name": handin.get("name", ""), "late": bool(handin.get("late")),
+            "from": handin.get("from", ""), "email": handin.get("email", ""),
+            "remarks": handin.get("remarks", [])}
 
 
 def _nbgrader_templates() -> str:

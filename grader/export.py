@@ -1,121 +1,321 @@
 """``python -m grader export``: grades as a CSV of our own, or as an LMS's grade import file.
 
 - ``csv``: one row per student and lesson: ``student_id, lesson, score, max_score, status,
-  reason``.
+  reason, name, late, from``.
 - ``canvas``: Canvas's Gradebook import file (Canvas Instructor Guide, "How do I import grades
-  in the Gradebook?"): the columns ``Student, ID, SIS User ID, SIS Login ID, Section``, then one
-  column per lesson headed by its name (Canvas matches it to the assignment of that name, or
-  makes one), a second row ``Points Possible`` with each lesson's maximum, then a row per
+  in the Gradebook?"; the importer is ``app/models/gradebook_importer.rb``): the columns
+  ``Student, ID, SIS User ID, SIS Login ID, Section``, then one column per lesson headed
+  ``Title (id)`` as the instructor's assignments file names it (Canvas matches a column by
+  that id, then by its exact title, and makes a new assignment of any other), a second row
+  ``Points Possible`` where the assignments file gives every lesson's points, then a row per
   student.
-- ``moodle``: a file for Moodle's "Import grades from CSV file" (Moodle docs, "Grade import"):
-  a header row; the user identified by ``Username``, ``Email address`` or ``ID number`` (map
-  whichever the roster fills, in the import form); one column per lesson, mapped to its grade
-  item.
+- ``moodle``: a file for Moodle's "Import grades from CSV file" (``grade/import/csv``): one
+  identifier column (``Username``, ``Email address`` or ``ID number``: the one the roster
+  fills), ``Full name``, one column per lesson, each mapped to its grade item in the form.
 
-A roster (``--roster FILE``, a CSV with a ``student_id`` column and any of ``name``,
-``lms_id``, ``sis_user_id``, ``sis_login_id``, ``section``, ``email``, ``username``,
-``id_number``) gives each student the ids the LMS knows them by. Students on the roster with no
-submission get a row (score 0, status ``missing``); students graded but not on the roster keep
-theirs, with the course's id; both are reported.
+What the importers would do with a careless file decides what is written:
+
+- A blank cell means "no score" to both importers. Missing work, an ``invalid`` submission
+  and a ``needs_review`` one are written blank and listed, never as 0 (which would overwrite a
+  grade or an excusal entered by hand), unless ``include_flagged`` says to write the computed
+  scores of flagged ones.
+- Only identifiers the LMS gave are written: from the download (Canvas's user id; Moodle's
+  participant id is not a gradebook identifier) or from the roster. A student without one is
+  listed for the instructor, never written with a guess: Canvas shows a guess as an unknown
+  student, Moodle rejects the whole file for one unknown user, and a blank identifier can
+  give a grade to the previous row's student.
+- An identifier is written exactly as the LMS knows it. One that a spreadsheet would read as a
+  formula (``= + - @`` first) is refused and listed; display fields (names, reasons) are
+  quoted with a leading ``'`` instead.
+- Scores are the lesson's raw points, unless the assignments file gives the LMS assignment's
+  points possible: then each score is scaled to it.
+
+The files beside the export: ``NAME-not-exported.csv`` lists every student and lesson left
+blank or left out, and why.
 """
 
 from __future__ import annotations
 
 import csv
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader.course import Course
-from grader.intake import inert
+from grader.intake import inert, valid_student_id
 from grader.lessons import CourseError
 
 ROSTER_COLUMNS = ("name", "lms_id", "sis_user_id", "sis_login_id", "section", "email",
                   "username", "id_number")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+MOODLE_IDS = {"username": "Username", "email": "Email address", "id_number": "ID number"}
+PARTICIPANT = re.compile(r"\s*Participant\s+(\d+)\s*")  # Moodle's grading worksheet
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The LMS assignment a lesson's grades go to."""
+
+    lesson: str
+    title: str
+    lms_id: str = ""
+    points: float | None = None  # the LMS assignment's points possible; None: raw points
+
+    @property
+    def canvas_header(self) -> str:
+        return f"{self.title} ({self.lms_id})" if self.lms_id else self.title
+
+
+def read_csv(path: Path, what: str) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            return [{(k or "").strip(): (v or "").strip() if isinstance(v, str) else ""
+                     for k, v in row.items()} for row in csv.DictReader(handle)]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise CourseError(f"cannot read the {what} {path}: {error}") from None
 
 
 def read_roster(path: Path) -> dict[str, dict[str, str]]:
-    """student_id -> the LMS's columns for that student."""
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            rows = list(csv.DictReader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise CourseError(f"cannot read the roster {path}: {error}") from None
-    if not rows or "student_id" not in rows[0]:
-        raise CourseError(f"the roster {path} needs a header row with a student_id column "
-                          f"(and any of {', '.join(ROSTER_COLUMNS)})")
-    roster = {}
-    for row in rows:
-        student = (row.get("student_id") or "").strip()
-        if student:
-            roster[student] = {k: (row.get(k) or "").strip() for k in ROSTER_COLUMNS}
+    """student_id -> the LMS's identifiers for that student. The roster is our own CSV (a
+    ``student_id`` column and any of ROSTER_COLUMNS), Canvas's gradebook export (``Student,
+    ID, SIS User ID, SIS Login ID, Section``) or Moodle's grading worksheet (``Identifier``
+    "Participant N", ``Full name``, ``Email address``), as the LMS wrote it."""
+    rows = read_csv(path, "roster")
+    header = set(rows[0]) if rows else set()
+    roster: dict[str, dict[str, str]] = {}
+    if "student_id" in header:
+        for row in rows:
+            if row.get("student_id"):
+                roster[row["student_id"]] = {k: row.get(k, "") for k in ROSTER_COLUMNS}
+    elif {"Student", "ID"} <= header:
+        for row in rows:
+            if row.get("ID", "").isdigit():  # not "Points Possible" nor a muted-assignment row
+                roster[row["ID"]] = {
+                    "name": row.get("Student", ""), "lms_id": row["ID"],
+                    "sis_user_id": row.get("SIS User ID", ""),
+                    "sis_login_id": row.get("SIS Login ID", row.get("Login ID", "")),
+                    "section": row.get("Section", ""), "email": "", "username": "",
+                    "id_number": ""}
+    elif "Identifier" in header:
+        for row in rows:
+            match = PARTICIPANT.fullmatch(row.get("Identifier", ""))
+            if match:
+                roster[match[1]] = {**dict.fromkeys(ROSTER_COLUMNS, ""),
+                                    "name": row.get("Full name", ""),
+                                    "email": row.get("Email address", ""),
+                                    "id_number": row.get("ID number", "")}
+    else:
+        raise CourseError(
+            f"the roster {path} needs a header row: a student_id column (and any of "
+            f"{', '.join(ROSTER_COLUMNS)}), or Canvas's gradebook export (Student, ID, ...), or "
+            "Moodle's grading worksheet (Identifier, Full name, Email address, ...)")
     return roster
 
 
-def spreadsheet_safe(value: object) -> object:
-    """Keep a spreadsheet from running a cell as a formula (=, +, -, @ at the start), and a
-    terminal from running an escape code."""
-    if isinstance(value, str):
-        value = inert(value, limit=1000)
-        if value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-            return "'" + value
-    return value
+def read_assignments(path: Path) -> dict[str, Assignment]:
+    """lesson -> its LMS assignment, from a CSV ``lesson,title,id,points`` (id and points may
+    be blank)."""
+    rows = read_csv(path, "assignments file")
+    if not rows or not {"lesson", "title"} <= set(rows[0]):
+        raise CourseError(f"the assignments file {path} needs a header row lesson,title,id,points"
+                          " (id and points may be left blank), e.g.\n"
+                          "  lesson,title,id,points\n  01_float_formats,Float formats,4242,10")
+    found = {}
+    for number, row in enumerate(rows, start=2):
+        if not row["lesson"]:
+            continue
+        if not row["title"]:
+            raise CourseError(f"{path}, line {number}: lesson {row['lesson']} has no title")
+        lms_id, points = row.get("id", ""), row.get("points", "")
+        if lms_id and not lms_id.isdigit():
+            raise CourseError(f"{path}, line {number}: the id {lms_id!r} is not the LMS's "
+                              "number for the assignment (Canvas: the number in its address)")
+        try:
+            value = float(points) if points else None
+        except ValueError:
+            value = None
+        if points and (value is None or not value > 0 or value != value or value == float("inf")):
+            raise CourseError(f"{path}, line {number}: points {points!r} is not a positive "
+                              "number")
+        found[row["lesson"]] = Assignment(row["lesson"], row["title"], lms_id, value)
+    return found
+
+
+def display(value: str) -> str:
+    """A display field (a name, a reason) that no spreadsheet runs as a formula."""
+    value = inert(value, limit=1000)
+    return "'" + value if value.startswith(FORMULA_START) else value
+
+
+def student_cell(student_id: str) -> str:
+    """Our student id as written in our own files: as it is where it is a valid gradebook id
+    (letters, digits and ._@+-: no formula can call anything), else quoted like a name (a
+    folder's name that was refused as an id may hold anything)."""
+    return student_id if valid_student_id(student_id) else display(student_id)
+
+
+def unsafe_identifier(value: str) -> str:
+    """Why an identifier cannot be written as it is, or ''."""
+    if value.startswith(FORMULA_START):
+        return f"its identifier {inert(value, 60)!r} would be read as a formula"
+    if inert(value, 1000) != value:
+        return "its identifier holds control characters"
+    return ""
+
+
+def points_text(value: float) -> str:
+    """A score as the LMS reads it: at most two decimals, no trailing zeros."""
+    return f"{round(value, 2):.2f}".rstrip("0").rstrip(".")
 
 
 def export(course: Course, path: Path, kind: str = "csv", roster_path: Path | None = None,
-           ) -> int:
+           assignments_path: Path | None = None, include_flagged: bool = False) -> int:
     """Write the grades to ``path`` as ``kind``; return the number of students written."""
+    if kind not in ("csv", "canvas", "moodle"):
+        raise CourseError(f"unknown export format {kind!r}: csv, canvas or moodle")
     rows = course.grades()
     roster = read_roster(roster_path) if roster_path is not None else None
+    assignments = read_assignments(assignments_path) if assignments_path else {}
+    if kind == "canvas" and not assignments:
+        raise CourseError(
+            "Canvas matches a column to an assignment by 'Title (id)', then by its exact title, "
+            "and makes a new assignment of any other: name each lesson's Canvas assignment in "
+            "a file given with --assignments FILE, e.g.\n  lesson,title,id,points\n"
+            "  01_float_formats,Float formats,4242,10\n(id: the number in the assignment's "
+            "address; points: its points possible, to scale the scores to; both may be blank)")
+    students = sorted({str(r["student_id"]) for r in rows})
     lessons = sorted({str(r["lesson"]) for r in rows})
     maxima = {str(r["lesson"]): float(r["max_score"]) for r in rows}
-    students = sorted({str(r["student_id"]) for r in rows})
     if roster is not None:
         missing = sorted(set(roster) - set(students))
-        unknown = sorted(set(students) - set(roster))
         for student in missing:
             for lesson in lessons:
-                rows.append({"student_id": student, "lesson": lesson, "score": 0.0,
+                rows.append({"student_id": student, "lesson": lesson, "score": None,
                              "max_score": maxima[lesson], "status": "missing",
                              "reason": "on the roster, no submission"})
         if missing:
-            course.log(f"{len(missing)} student(s) on the roster have no submission (score 0): "
-                       + inert(", ".join(missing), 500))
+            course.log(f"{len(missing)} student(s) on the roster have no submission (left "
+                       "blank): " + inert(", ".join(missing), 500))
+        unknown = sorted(set(students) - set(roster))
         if unknown:
-            course.log(f"{len(unknown)} graded student(s) are not on the roster (exported with "
-                       "the course's id): " + inert(", ".join(unknown), 500))
+            course.log(f"{len(unknown)} graded student(s) are not on the roster: "
+                       + inert(", ".join(unknown), 500))
         students = sorted(set(students) | set(roster))
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        if kind == "csv":
-            writer = csv.DictWriter(handle, ["student_id", "lesson", "score", "max_score",
-                                             "status", "reason"], quoting=csv.QUOTE_NONNUMERIC)
-            writer.writeheader()
+    if kind == "csv":
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+            writer.writerow(["student_id", "lesson", "score", "max_score", "status", "reason",
+                             "name", "late", "from"])
             for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
-                writer.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
-        else:
-            _write_lms(csv.writer(handle), kind, rows, students, lessons, maxima, roster or {})
-    course.log(f"wrote {len(students)} student(s), {len(lessons)} lesson(s) to {path} ({kind})")
-    return len(students)
+                score = "" if row["score"] is None else float(row["score"])
+                writer.writerow([student_cell(str(row["student_id"])), row["lesson"], score,
+                                 float(row["max_score"]), row["status"],
+                                 display(str(row.get("reason", ""))),
+                                 display(str(row.get("name", ""))),
+                                 "late" if row.get("late") else "", row.get("from", "")])
+        course.log(f"wrote {len(students)} student(s), {len(lessons)} lesson(s) to {path} "
+                   "(scores in raw points)")
+        return len(students)
+    return _write_lms(course, path, kind, rows, students, lessons, maxima, roster or {},
+                      assignments, include_flagged)
 
 
-def _write_lms(writer, kind: str, rows: list[dict], students: list[str], lessons: list[str],
-               maxima: dict[str, float], roster: dict[str, dict[str, str]]) -> None:
-    score = {(str(r["student_id"]), str(r["lesson"])): float(r["score"]) for r in rows}
+def _write_lms(course: Course, path: Path, kind: str, rows: list[dict], students: list[str],
+               lessons: list[str], maxima: dict[str, float], roster: dict[str, dict[str, str]],
+               assignments: dict[str, Assignment], include_flagged: bool) -> int:
+    by_cell = {(str(r["student_id"]), str(r["lesson"])): r for r in rows}
+    held: list[list[str]] = []  # student, name, lesson, status, why
+    if assignments:
+        left_out = [x for x in lessons if x not in assignments]
+        if left_out:
+            course.log(f"not in the assignments file, so left out: {', '.join(left_out)}")
+        unused = sorted(set(assignments) - set(lessons))
+        if unused:
+            course.log(f"no grades yet for {', '.join(unused)}: not written")
+        lessons = [x for x in lessons if x in assignments]
+    if not lessons:
+        raise CourseError("no lesson to write: none of the graded lessons is in the "
+                          "assignments file")
+    columns = [assignments[x] if x in assignments else Assignment(x, x) for x in lessons]
+
+    def cell(student: str, lesson: str, name: str) -> str:
+        row = by_cell.get((student, lesson))
+        status = row["status"] if row else "missing"
+        if row is None or row["score"] is None or status == "missing":
+            held.append([student, name, lesson, "missing", "no submission"])
+            return ""
+        if status != "graded" and not include_flagged:
+            held.append([student, name, lesson, status, str(row.get("reason", ""))])
+            return ""
+        score, possible = float(row["score"]), maxima[lesson]
+        target = assignments.get(lesson)
+        if target is not None and target.points is not None and possible > 0:
+            score = score / possible * target.points
+        return points_text(score)
+
+    def known(student: str) -> dict[str, str]:
+        found = dict(roster.get(student, {}))
+        origin = course_origin.get(student, {})
+        if origin.get("from") == "canvas" and not found.get("lms_id"):
+            found["lms_id"] = student  # the user id in Canvas's own download
+        found["name"] = found.get("name") or origin.get("name", "")
+        found["email"] = found.get("email") or origin.get("email", "")
+        return found
+
+    course_origin = {str(r["student_id"]): r for r in rows if r.get("from")}
+    written = 0
     if kind == "canvas":
-        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *lessons])
-        writer.writerow(["Points Possible", "", "", "", "", *(f"{maxima[x]:g}" for x in lessons)])
-        for student in students:
-            known = roster.get(student, {})
-            writer.writerow([spreadsheet_safe(v) for v in (
-                known.get("name") or student, known.get("lms_id", ""),
-                known.get("sis_user_id") or student, known.get("sis_login_id") or student,
-                known.get("section", ""))] + [f"{score.get((student, x), 0.0):g}" for x in lessons])
-    elif kind == "moodle":
-        writer.writerow(["Username", "Email address", "ID number", *lessons])
-        for student in students:
-            known = roster.get(student, {})
-            writer.writerow([spreadsheet_safe(v) for v in (
-                known.get("username") or student, known.get("email", ""),
-                known.get("id_number", ""))] + [f"{score.get((student, x), 0.0):g}"
-                                                  for x in lessons])
+        id_fields = ("lms_id", "sis_user_id", "sis_login_id")
+        matched = "ID, SIS User ID or SIS Login ID"
+        header = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
+                  *(c.canvas_header for c in columns)]
+        lines = [header]
+        if all(c.points is not None for c in columns):  # else Canvas's own points stand
+            lines.append(["Points Possible", "", "", "", "",
+                          *(points_text(c.points) for c in columns)])
     else:
-        raise CourseError(f"unknown export format {kind!r}: csv, canvas or moodle")
+        counts = {f: sum(bool(known(s).get(f)) for s in students) for f in MOODLE_IDS}
+        field = max(MOODLE_IDS, key=lambda f: counts[f])  # ties: the order of MOODLE_IDS
+        id_fields, matched = (field,), MOODLE_IDS[field]
+        lines = [[MOODLE_IDS[field], "Full name", *(c.title for c in columns)]]
+    for student in students:
+        ids = known(student)
+        name = ids.get("name", "")
+        given = [ids.get(f, "") for f in id_fields]
+        problem = next((unsafe_identifier(v) for v in given if unsafe_identifier(v)), "")
+        if not any(given) or problem:
+            why = problem or f"no identifier from the LMS ({matched}): add it to the roster"
+            held += [[student, name, x, "not written", why] for x in lessons]
+            continue
+        cells = [cell(student, x, name) for x in lessons]
+        if kind == "canvas":
+            lines.append([display(name or student), *given, display(ids.get("section", "")),
+                          *cells])
+        else:
+            lines.append([*given, display(name), *cells])
+        written += 1
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(lines)
+    held_path = path.with_name(f"{path.stem}-not-exported.csv")
+    with held_path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "name", "lesson", "status", "why"])
+        writer.writerows([[student_cell(row[0]), *(display(v) for v in row[1:])]
+                          for row in held])
+    scaled = [c.lesson for c in columns if c.points is not None]
+    course.log(f"wrote {written} student(s), {len(columns)} lesson(s) to {path} ({kind}); "
+               + (f"scores scaled to the LMS's points for {', '.join(scaled)}, raw points for "
+                  "the rest" if scaled else "scores in raw points (give points in the "
+                  "assignments file to scale them)"))
+    if kind == "moodle":
+        course.log(f"in Moodle's import form, map {matched!r} to the user field of that name")
+    kinds = {}
+    for row in held:
+        kinds[row[3]] = kinds.get(row[3], 0) + 1
+    if held:
+        course.log(f"left blank or out: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}"
+                   f" (listed in {held_path})"
+                   + ("" if include_flagged else "; --include-flagged writes the computed scores"
+                      " of needs_review and invalid submissions"))
+    return written

@@ -14,6 +14,7 @@ import shutil
 import stat
 import unicodedata
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,38 +80,11 @@ def text_safe(value: object) -> object:
 
 @dataclass
 class Received:
-    """The students of a submissions folder or zip, and what was refused on the way."""
+    """A submissions folder, or a zip unpacked into one, and what was refused on the way."""
 
     root: Path
-    students: list[str] = field(default_factory=list)  # folder names under root
-    refused: dict[str, list[str]] = field(default_factory=dict)  # student folder -> why
     refused_members: list[tuple[list[str], str]] = field(default_factory=list)  # zip: path, why
     notes: list[str] = field(default_factory=list)  # about the whole batch
-
-
-def student_folders(root: Path) -> list[str]:
-    """The student folders of ``root``: every folder but archivers' and hidden ones."""
-    try:
-        with os.scandir(root) as entries:
-            return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False)
-                          and not e.name.startswith(".") and e.name not in IGNORED)
-    except OSError as error:
-        raise CourseError(f"cannot read the submissions folder {display_name(str(root))}: "
-                          f"{error.strerror}") from None
-
-
-def step_into_class_folder(root: Path) -> Path:
-    """An LMS zip often holds one folder of student folders: step into it. A zip of one folder
-    that holds a single folder is one student's, nested: it stays that student's."""
-    names = student_folders(root)
-    if len(names) != 1:
-        return root
-    inner = root / names[0]
-    try:
-        notebooks = any(p.suffix == ".ipynb" for p in inner.iterdir())
-    except OSError:
-        return root
-    return inner if not notebooks and len(student_folders(inner)) > 1 else root
 
 
 def find_notebook(folder: Path, expected: str) -> tuple[Path | None, str]:
@@ -155,9 +129,11 @@ def find_notebook(folder: Path, expected: str) -> tuple[Path | None, str]:
     return None, f"no {expected}, and {len(found)} other notebooks: cannot tell which"
 
 
-def unpack_zip(archive_path: Path, into: Path) -> Received:
+def unpack_zip(archive_path: Path, into: Path,
+               named_by_lms: Callable[[str], bool] = lambda name: False) -> Received:
     """Unpack an LMS zip member by member; a member that cannot be unpacked safely is refused
-    with a reason, and the rest are unpacked."""
+    with a reason, and the rest are unpacked. Hidden files (a name beginning with ".") are left
+    out unless ``named_by_lms`` says an LMS named them so (a full name may begin with ".")."""
     try:
         archive = zipfile.ZipFile(archive_path)
     except zipfile.BadZipFile as error:
@@ -178,8 +154,8 @@ def unpack_zip(archive_path: Path, into: Path) -> Received:
         ignored = 0
         for member in members:
             parts = [p for p in member.filename.replace("\\", "/").split("/") if p not in ("", ".")]
-            if not parts or parts[0] in IGNORED or any(p.startswith(".") and p != ".."
-                                                        for p in parts):
+            if not parts or parts[0] in IGNORED or any(
+                    p.startswith(".") and p != ".." and not named_by_lms(p) for p in parts):
                 ignored += 1
                 continue
             problem = _member_problem(member, parts)

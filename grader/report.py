@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 from grader.course import Course
+from grader.intake import inert
 from grader.lessons import CourseError, Lesson
 
 
@@ -42,14 +43,30 @@ def report(course: Course, lesson: Lesson) -> Path:
     lines += ["", f"flagged: {len(flagged)}"]
     lines += [f"  {student}: {status}: {reason}" for student, status, reason in flagged]
 
+    # What the download said of each hand-in: who, from where, the LMS's late mark, and which
+    # attempt was graded or what was ignored beside the notebook.
+    with (folder / "handins.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "name", "from", "late", "status", "score", "remarks"])
+        for row in sorted(rows, key=lambda r: str(r["student_id"])):
+            writer.writerow([_safe(str(row["student_id"])), _safe(str(row.get("name", ""))),
+                             row.get("from", ""), "late" if row.get("late") else "",
+                             row["status"], float(row["score"]),
+                             _safe("; ".join(row.get("remarks", [])))])
+    late = [r for r in rows if r.get("late")]
+    lines += ["", f"marked late by the LMS: {len(late)}"]
+    lines += [f"  {r['student_id']}" + (f" ({r['name']})" if r.get("name") else "")
+              for r in late]
+
     _histogram([float(r["score"]) for r in rows], float(rows[0]["max_score"]), lesson,
                folder / "scores.png")
-    lines += ["", f"written: {folder}/pass_rates.csv, scores.png, flagged.csv"]
+    lines += ["", f"written: {folder}/pass_rates.csv, scores.png, flagged.csv, handins.csv"]
     course.log("\n".join(lines))
     return folder
 
 
 def _safe(text: str) -> str:
+    text = inert(text, 1000)
     return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 

@@ -263,6 +263,7 @@ def test_zip_links_are_refused_and_zip_bombs_refused_whole(tmp_path, monkeypatch
 
     from grader import intake
     from grader.course import _unpacked
+    from grader.handins import recognise
     from grader.lessons import CourseError
 
     monkeypatch.setattr(intake, "MAX_ZIP_BYTES", 1000)  # stands for 2 GiB
@@ -273,8 +274,10 @@ def test_zip_links_are_refused_and_zip_bombs_refused_whole(tmp_path, monkeypatch
         archive.writestr(member, "/etc/passwd")
         archive.writestr("alice/notes.txt", "hello")
     with _unpacked(link, tmp_path) as received:
-        assert received.students == ["alice"]
-        assert "is a link" in received.refused["alice"][0]
+        layout, handins, _ = recognise(received.root, "01_float_formats", "float_formats.ipynb",
+                                       refused=received.refused_members)
+        assert layout == "folders" and [h.student_id for h in handins] == ["alice"]
+        assert handins[0].notebook is None and "is a link" in handins[0].reasons[-1]
         assert not (received.root / "alice" / "float_formats.ipynb").exists()
     huge = tmp_path / "huge.zip"  # a zip bomb in small: 1 MB of zeros packs into 1 kB
     with zipfile.ZipFile(huge, "w", compression=zipfile.ZIP_DEFLATED) as archive:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import csv
 import json
 import os
 import re
@@ -326,44 +325,3 @@ def test_partial_credit_scores_the_fraction_of_checks_and_everything_agrees(tmp_
     page = (course / "feedback" / "s01" / FLOATS.name / f"{FLOATS.notebook_id}.html").read_text()
     assert f"machine_epsilon: {fraction:g} of" in page
     assert (course / "feedback-zips" / FLOATS.name / "s01.zip").exists()
-
-
-def test_lms_exports_follow_canvas_and_moodle_and_report_who_is_missing(tmp_path) -> None:
-    from grader.course import Course
-    from grader.export import export
-
-    course = Course(tmp_path / "course", log=lambda _: None)
-    said: list[str] = []
-    course.log = said.append
-    course.grades = lambda: [
-        {"student_id": "ann", "lesson": "01_float_formats", "score": 12.0, "max_score": 14.0,
-         "status": "graded", "reason": ""},
-        {"student_id": "bob", "lesson": "01_float_formats", "score": 3.5, "max_score": 14.0,
-         "status": "needs_review", "reason": "=cmd"},
-        {"student_id": "ann", "lesson": "04_backprop_flops", "score": 7.0, "max_score": 9.0,
-         "status": "graded", "reason": ""}]
-    roster = tmp_path / "roster.csv"
-    roster.write_text("student_id,name,lms_id,sis_user_id,section,email,username\n"
-                      "ann,\"Lovelace, Ann\",101,S1,A,ann@uni.edu,alovelace\n"
-                      "cyd,\"Cyd, Carl\",103,S3,A,cyd@uni.edu,ccyd\n")
-    export(course, tmp_path / "canvas.csv", "canvas", roster)
-    table = list(csv.reader((tmp_path / "canvas.csv").read_text().splitlines()))
-    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
-                        "01_float_formats", "04_backprop_flops"]
-    assert table[1] == ["Points Possible", "", "", "", "", "14", "9"]
-    by_name = {row[0]: row for row in table[2:]}
-    assert by_name["Lovelace, Ann"][1:] == ["101", "S1", "ann", "A", "12", "7"]
-    assert by_name["Cyd, Carl"][-2:] == ["0", "0"]  # on the roster, no submission
-    assert by_name["bob"][-2:] == ["3.5", "0"]  # graded, not on the roster: kept
-    assert any("1 student(s) on the roster have no submission" in s and "cyd" in s for s in said)
-    assert any("not on the roster" in s and "bob" in s for s in said)
-    export(course, tmp_path / "moodle.csv", "moodle", roster)
-    moodle = list(csv.DictReader((tmp_path / "moodle.csv").read_text().splitlines()))
-    assert list(moodle[0]) == ["Username", "Email address", "ID number", "01_float_formats",
-                               "04_backprop_flops"]
-    assert {r["Username"]: r["01_float_formats"] for r in moodle} == {
-        "alovelace": "12", "bob": "3.5", "ccyd": "0"}
-    export(course, tmp_path / "plain.csv", "csv", roster)
-    plain = read_export(tmp_path / "plain.csv")
-    assert plain[("cyd", "01_float_formats")]["status"] == "missing"
-    assert plain[("bob", "01_float_formats")]["reason"] == "'=cmd"
