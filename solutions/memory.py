@@ -321,6 +321,15 @@ def activation_bytes_per_layer(
 
 # ---------------------------------------------------------------- figures and predictions
 
+
+def _zeroed_share() -> float:
+    """The share of v that the linear code stores as 0 after Adam's first step from w = 0."""
+    from solutions.eight_bit import LINEAR_CODE, least_squares_problem, through_code
+
+    a, y = least_squares_problem()
+    first_v = 0.001 * (2 * a.T @ (-y) / len(y)) ** 2
+    return (through_code(first_v, LINEAR_CODE) == 0).float().mean().item()
+
 # The memory of one H100 80GB HBM3 (SXM) as nvidia-smi reports it, 81559 MiB (NVIDIA/nccl
 # issue #1264 shows the output; modal-labs/modal-client pull request #2797 lists it as
 # 85520809984 bytes): 85.5e9 bytes, 79.65 GiB. The course uses the datasheet's "80 GB" as
@@ -330,6 +339,9 @@ H100_NVIDIA_SMI_BYTES = 81_559 * 2**20
 # Answers to the notebook's "predict first" questions. The notebook holds them sealed, and
 # tests/test_notebooks.py checks that each sealed answer is the constant of the same name here.
 
+# Section 4: the share of Adam's v that the linear int8 code stores as 0 after the first step
+# of solutions/eight_bit.py's run: (a) about a tenth, (b) about half, (c) about nine in ten.
+choice_zeroed_share = "abc"[min(range(3), key=lambda i: abs(_zeroed_share() - (0.1, 0.5, 0.9)[i]))]
 # Section 6: the 70B model's weights, gradients and AdamW state in mixed bf16, in 80 GB GPUs.
 predicted_gpus_70b = sum(training_memory(70 * 10**9, "mixed_bf16").values()) / 80e9
 # Section 6: which part of an 8-bit Adam bar is smallest, scales aside: (a) the weights, (b) the

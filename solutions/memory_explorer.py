@@ -29,7 +29,7 @@ BUDGET_PARTS = {"params": ("weights", "#0072B2"), "grads": ("gradients", "#56B4E
 
 def memory_budget(n_params: int, n_layers: int, d_model: int, n_heads: int, recipe: str,
                   seq_len: int, batch: int, checkpointing: bool, n_gpus: int,
-                  flash_attention: bool = False) -> dict[str, int]:
+                  flash_attention: bool = False, dropout: bool = True) -> dict[str, int]:
     """Bytes one GPU holds at the peak of a training step, per component.
 
     The weights, gradients and optimizer state of ``training_memory(n_params, recipe)`` are
@@ -37,7 +37,8 @@ def memory_budget(n_params: int, n_layers: int, d_model: int, n_heads: int, reci
     1/n_gpus of every component, rounded up. The activations are not sharded: each GPU runs the
     forward and backward pass of its own ``batch`` sequences of ``seq_len`` tokens (data
     parallelism), and keeps ``activation_bytes_per_layer`` per layer (Korthikanti et al., with
-    dropout; 16-bit activations in the mixed recipes, 4-byte ones in "fp32"). With
+    dropout masks where the model has dropout; 16-bit activations in the mixed recipes, 4-byte
+    ones in "fp32"). With
     ``checkpointing`` each layer keeps only its input, e*s*b*h bytes, and one layer's full
     activations are rebuilt at a time in the backward pass. With ``flash_attention`` the
     attention scores are never stored. Left out: the logits and the loss, temporary buffers, the
@@ -51,6 +52,8 @@ def memory_budget(n_params: int, n_layers: int, d_model: int, n_heads: int, reci
         checkpointing: whether every layer runs under activation checkpointing.
         n_gpus: GPUs the training state is sharded over (>= 1).
         flash_attention: whether attention runs as one fused kernel that stores no scores.
+        dropout: whether the model has dropout (``models.json``'s ``dropout``): its masks and
+            the dropped copy of the softmax output are kept too.
 
     Returns:
         ``training_memory``'s components, each divided over the GPUs, then ``"activations"``;
@@ -63,7 +66,7 @@ def memory_budget(n_params: int, n_layers: int, d_model: int, n_heads: int, reci
               for part, n_bytes in training_memory(n_params, recipe).items()}
     e = 4 if recipe == "fp32" else 2  # bytes of one stored activation value
     one_layer = activation_bytes_per_layer(seq_len, batch, d_model, n_heads, e,
-                                           recompute_attention=flash_attention)
+                                           recompute_attention=flash_attention, dropout=dropout)
     if checkpointing:
         budget["activations"] = n_layers * e * seq_len * batch * d_model + one_layer
     else:
@@ -73,15 +76,15 @@ def memory_budget(n_params: int, n_layers: int, d_model: int, n_heads: int, reci
 
 def smallest_gpu_count(n_params: int, n_layers: int, d_model: int, n_heads: int, recipe: str,
                        seq_len: int, batch: int, checkpointing: bool, gpu_bytes: float,
-                       flash_attention: bool = False) -> int | None:
+                       flash_attention: bool = False, dropout: bool = True) -> int | None:
     """The fewest GPUs of ``gpu_bytes`` each such that ``memory_budget`` fits on every one;
     None when no number of GPUs is enough (the activations of one GPU's batch do not fit)."""
     shape = (n_params, n_layers, d_model, n_heads, recipe, seq_len, batch, checkpointing)
 
     def total(n_gpus: int) -> int:
-        return sum(memory_budget(*shape, n_gpus, flash_attention).values())
+        return sum(memory_budget(*shape, n_gpus, flash_attention, dropout).values())
 
-    whole = memory_budget(*shape, 1, flash_attention)
+    whole = memory_budget(*shape, 1, flash_attention, dropout)
     activations = whole.pop("activations")
     room = gpu_bytes - activations
     # However many GPUs, each holds at least one byte of every component that is not empty.
@@ -143,7 +146,7 @@ def memory_budget_explorer(models: dict[str, dict], accelerators: dict[str, dict
 
     Args:
         models: ``models.json``'s ``"models"``: each with n_layers, d_model, n_heads, d_ff,
-            mlp_matrices, vocab_size, context_length and tied_embeddings.
+            mlp_matrices, vocab_size, context_length, tied_embeddings and dropout.
         accelerators: ``hardware.json``'s ``"accelerators"``: each with memory_bytes.
 
     Returns:
@@ -181,13 +184,15 @@ def memory_budget_explorer(models: dict[str, dict], accelerators: dict[str, dict
                                       d_ff, shape["tied_embeddings"])
         sizes = (n_params, shape["n_layers"], shape["d_model"], shape["n_heads"], recipe.value,
                  seq_len.value, batch.value, checkpointing.value)
-        budget = memory_budget(*sizes, n_gpus.value, flash.value)
+        dropout = shape.get("dropout", True)
+        budget = memory_budget(*sizes, n_gpus.value, flash.value, dropout)
         gpu_bytes = accelerators[gpu.value]["memory_bytes"]
         heading.value = (f"<b>{model.value}</b>: {n_params / 1e9:,.2f} billion parameters, "
                          f"{shape['n_layers']} layers of width {shape['d_model']}, "
+                         f"{'with' if dropout else 'no'} dropout, "
                          f"{batch.value * seq_len.value:,} tokens per GPU")
         shown.value = budget_html(budget, gpu.value, gpu_bytes,
-                                  smallest_gpu_count(*sizes, gpu_bytes, flash.value))
+                                  smallest_gpu_count(*sizes, gpu_bytes, flash.value, dropout))
 
     controls = [model, recipe, seq_len, batch, checkpointing, flash, n_gpus, gpu]
     for widget in controls:

@@ -252,8 +252,9 @@ choice_checkpointed_share = "abc"[min(range(3), key=lambda i: abs(math.log(
 # Section 7: the loss scale after 80 steps without an overflow.
 predicted_clean_scale = _clean_scale(80)
 # Section 9: the tensor bytes of the fp32 checkpoint after two steps of torch's AdamW (weights,
-# m and v, and a 4-byte step per tensor); the file adds torch.save's overhead.
-predicted_checkpoint_file_bytes = (sum(training_memory(131_072, "fp32").values())
+# m and v, and a 4-byte step per tensor), what checkpoint_bytes counts; the file adds
+# torch.save's overhead, which the notebook measures beside it.
+predicted_checkpoint_bytes = (sum(training_memory(131_072, "fp32").values())
                                    - training_memory(131_072, "fp32")["grads"] + 4 * 14)
 # Section 10 (graded): the bytes one step needs, added up: weights, gradients and AdamW's m and
 # v in fp32, and the activations autograd saves for the backward pass.

@@ -61,10 +61,11 @@ def get_batch(token_ids: np.ndarray, batch_size: int, seq_len: int, rng: np.rand
     """``batch_size`` random windows of ``seq_len`` tokens and, shifted by one, their targets.
 
     Reads only the windows' tokens from ``token_ids`` (a ``np.memmap`` reads just the pages it
-    touches), widens them to int64 (what ``nn.Embedding`` and the loss take) and moves them to
-    ``device``. On CUDA the batch is first copied to pinned (page-locked) memory, from which the
-    GPU can copy by DMA, and ``non_blocking=True`` lets the CPU go on while the copy runs. On a
-    CPU ``.to(device)`` returns the tensors themselves: no copy at all.
+    touches), widens them to int64 (``nn.Embedding`` takes int32 too, but ``F.cross_entropy``
+    takes targets only as int64 or uint8) and moves them to ``device``. The copy to a GPU is a
+    plain ``.to(device)`` from pageable memory: pinning a fresh tensor first would copy it once
+    more, on this thread (section 4 measures the ways). On a CPU ``.to(device)`` returns the
+    tensors themselves: no copy at all.
 
     Returns:
         ``(tokens, targets)``, two separate contiguous int64 tensors of shape (B, T).
@@ -73,9 +74,6 @@ def get_batch(token_ids: np.ndarray, batch_size: int, seq_len: int, rng: np.rand
     windows = np.stack([np.asarray(token_ids[s : s + seq_len + 1]) for s in starts])
     tokens = torch.from_numpy(windows[:, :-1].astype(np.int64))  # astype copies: contiguous
     targets = torch.from_numpy(windows[:, 1:].astype(np.int64))
-    if device.type == "cuda":
-        return (tokens.pin_memory().to(device, non_blocking=True),
-                targets.pin_memory().to(device, non_blocking=True))
     return tokens.to(device), targets.to(device)
 
 

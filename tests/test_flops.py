@@ -515,3 +515,8 @@ def test_explorer_shows_what_the_reference_gives_as_its_controls_move() -> None:
     assert _control(explorer, "gpu").value.startswith("custom")
     assert _shown(explorer)["ridge_point"] == ridge_point(10e12, a100["memory_bandwidth"])
 
+
+
+def test_the_padded_vocabulary_lesson_03_names_is_the_next_multiple_of_128() -> None:
+    padded = -(-50257 // 128) * 128
+    assert padded == 50304 and padded % 128 == 0 and padded - 128 < 50257

@@ -121,7 +121,8 @@ def test_moving_a_control_changes_the_shown_total_to_the_reference() -> None:
     def reference(**changes) -> int:
         settings = {"n_params": n, "n_layers": shape["n_layers"], "d_model": shape["d_model"],
                     "n_heads": shape["n_heads"], "recipe": "mixed_bf16", "seq_len": 4096,
-                    "batch": 1, "checkpointing": False, "n_gpus": 1, **changes}
+                    "batch": 1, "checkpointing": False, "n_gpus": 1,
+                    "dropout": shape["dropout"], **changes}
         return sum(memory_budget(**settings).values())
 
     assert _shown_total(panel) == reference()
@@ -132,3 +133,58 @@ def test_moving_a_control_changes_the_shown_total_to_the_reference() -> None:
     _control(panel, "recipe").value = "fp32"
     assert _shown_total(panel) == reference(checkpointing=True, n_gpus=8, recipe="fp32")
     assert 'data-fits="true"' in panel.children[-1].value
+
+
+def llama_2_7b_budget(seq_len: int, n_gpus: int = 1, dropout: bool | None = None) -> dict:
+    shape = MODELS["LLaMA 2 7B"]
+    d_ff = gated_mlp_d_ff(shape["d_ff"], shape["mlp_matrices"])
+    n_params = transformer_params(shape["n_layers"], shape["d_model"], shape["vocab_size"], d_ff,
+                                  shape["tied_embeddings"])
+    sizes = (n_params, shape["n_layers"], shape["d_model"], shape["n_heads"], "mixed_bf16",
+             seq_len, 1, False)
+    dropout = shape["dropout"] if dropout is None else dropout
+    return {"budget": memory_budget(*sizes, n_gpus, False, dropout),
+            "gpus": smallest_gpu_count(*sizes, ACCELERATORS["H100 SXM"]["memory_bytes"], False,
+                                       dropout)}
+
+
+def test_every_model_says_whether_it_has_dropout_and_where_that_is_stated() -> None:
+    for name, shape in MODELS.items():
+        assert isinstance(shape["dropout"], bool) and shape["dropout_source"], name
+    assert MODELS["LLaMA 2 7B"]["dropout"] is False and MODELS["GPT-2 small"]["dropout"] is True
+
+
+def test_without_dropout_the_korthikanti_count_keeps_no_masks() -> None:
+    s, h, a, layers = 4096, 4096, 32, 32
+    with_masks = llama_2_7b_budget(s, dropout=True)["budget"]["activations"]
+    without = llama_2_7b_budget(s, dropout=False)["budget"]["activations"]
+    assert with_masks == layers * korthikanti(s, 1, h, a)  # the paper's eq. 1, exactly
+    assert with_masks - without == layers * (2 * s * h + 3 * a * s * s)  # masks, dropped copy
+
+
+def test_the_explorers_llama_claims_hold() -> None:
+    """Lesson 05's "things to try": at 4096 tokens LLaMA 2 7B's activations take about 52 GB
+    and it takes 4 H100s sharing the 108 GB of state; at 8192 the activations alone (172 GB)
+    exceed one GPU, however many share the state."""
+    at_4096, at_8192 = llama_2_7b_budget(4096), llama_2_7b_budget(8192)
+    assert round(at_4096["budget"]["activations"] / 1e9) == 52
+    state = sum(at_4096["budget"].values()) - at_4096["budget"]["activations"]
+    assert round(state / 1e9) == 108 and at_4096["gpus"] == 4
+    assert round(at_8192["budget"]["activations"] / 1e9) == 172 and at_8192["gpus"] is None
+    assert llama_2_7b_budget(4096, dropout=True)["gpus"] is None  # the old, wrong count
+
+
+def test_lessons_05_and_06_count_llama_activations_alike() -> None:
+    """Lesson 06 counts what torch saves for its model of the same shape (52.47 GB at 4096
+    tokens: the logits, the loss and the final norm too), lesson 05 Korthikanti's per-layer
+    count without dropout (51.54 GB): within 2%, the difference being those extra tensors."""
+    import torch
+
+    from solutions.training import saved_activation_bytes
+
+    shape = MODELS["LLaMA 2 7B"]
+    d_ff = gated_mlp_d_ff(shape["d_ff"], shape["mlp_matrices"])
+    lesson_06 = saved_activation_bytes(shape["n_layers"], shape["d_model"], shape["n_heads"],
+                                       4096, shape["vocab_size"], 1, d_ff, torch.bfloat16)
+    lesson_05 = llama_2_7b_budget(4096)["budget"]["activations"]
+    assert lesson_05 < lesson_06 < 1.02 * lesson_05

@@ -42,7 +42,7 @@ def reference_total(**changes) -> int:
     settings = {"n_params": n_params, "n_layers": shape["n_layers"],
                 "d_model": shape["d_model"], "n_heads": shape["n_heads"],
                 "recipe": "mixed_bf16", "seq_len": 4096, "batch": 1, "checkpointing": False,
-                "n_gpus": 1, **changes}
+                "n_gpus": 1, "dropout": shape["dropout"], **changes}
     return sum(memory_budget(**settings).values())
 
 
