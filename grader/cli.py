@@ -102,16 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("csv", "canvas", "moodle"), default="csv",
                         help="csv: one row per student and lesson; canvas, moodle: the LMS's "
                              "grade import file, one row per student")
-    export.add_argument("--roster", type=Path, metavar="FILE",
+    export.add_argument("--roster", type=Path, metavar="FILE", action="append",
                         help="the LMS's identifiers of each student: a CSV with a student_id "
                              "column, Canvas's gradebook export or Moodle's grading worksheet "
-                             "(see README)")
+                             "(see README); give it once per file (Moodle: one per lesson)")
     export.add_argument("--assignments", type=Path, metavar="FILE",
                         help="CSV lesson,title,id,points: the LMS assignment of each lesson "
                              "(needed for canvas; points scale the scores)")
     export.add_argument("--include-flagged", action="store_true",
-                        help="write the computed scores of needs_review and invalid "
-                             "submissions (default: left blank and listed)")
+                        help="write the computed scores of needs_review submissions "
+                             "(default: left blank and listed)")
 
     worker = commands.add_parser("worker", parents=[common],
                                  help="run submissions that autograde --broker sends")

@@ -366,7 +366,7 @@ class Course:
         fields = {"last_name": record["name"][:120] or None,
                   "email": record["email"][:120] or None}
         if record["from"] not in ("folders", "nbgrader"):
-            fields["lms_user_id"] = student_id
+            fields["lms_user_id"] = (record.get("lms_id") or student_id)[:120]
         return {k: v for k, v in fields.items() if v}
 
     def _record(self, lesson: Lesson, statuses: dict[str, dict[str, str]]) -> None:
@@ -586,7 +586,7 @@ def _handin_fields(status: dict) -> dict[str, object]:
     handin = status.get("handin") or {}
     return {"name": handin.get("name", ""), "late": bool(handin.get("late")),
             "from": handin.get("from", ""), "email": handin.get("email", ""),
-            "remarks": handin.get("remarks", [])}
+            "remarks": handin.get("remarks", []), "lms_id": handin.get("lms_id", "")}
 
 
 def _nbgrader_templates() -> str:

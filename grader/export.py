@@ -1,7 +1,8 @@
 """``python -m grader export``: grades as a CSV of our own, or as an LMS's grade import file.
 
 - ``csv``: one row per student and lesson: ``student_id, lesson, score, max_score, status,
-  reason, name, late, from``.
+  reason, name, late, from, lms_id`` (``lms_id``: the LMS's own id where it could not be the
+  gradebook's).
 - ``canvas``: Canvas's Gradebook import file (Canvas Instructor Guide, "How do I import grades
   in the Gradebook?"; the importer is ``app/models/gradebook_importer.rb``): the columns
   ``Student, ID, SIS User ID, SIS Login ID, Section``, then one column per lesson headed
@@ -17,8 +18,11 @@ What the importers would do with a careless file decides what is written:
 
 - A blank cell means "no score" to both importers. Missing work, an ``invalid`` submission
   and a ``needs_review`` one are written blank and listed, never as 0 (which would overwrite a
-  grade or an excusal entered by hand), unless ``include_flagged`` says to write the computed
-  scores of flagged ones.
+  grade or an excusal entered by hand); ``include_flagged`` writes the computed scores of
+  ``needs_review`` ones, once the instructor has looked. An ``invalid`` one has no computed
+  score: it stays blank.
+- A student the LMS knows under one identifier and the course under several (Moodle gives each
+  assignment its own participant ids) is one row: cells of several lessons are merged.
 - Only identifiers the LMS gave are written: from the download (Canvas's user id; Moodle's
   participant id is not a gradebook identifier) or from the roster. A student without one is
   listed for the instructor, never written with a guess: Canvas shows a guess as an unknown
@@ -73,6 +77,18 @@ def read_csv(path: Path, what: str) -> list[dict[str, str]]:
                      for k, v in row.items()} for row in csv.DictReader(handle)]
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise CourseError(f"cannot read the {what} {path}: {error}") from None
+
+
+def read_rosters(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """The rosters of ``paths`` as one: Moodle's grading worksheets of several assignments hold
+    different participant ids, so they add up without clashing."""
+    merged: dict[str, dict[str, str]] = {}
+    for path in paths:
+        for student, ids in read_roster(path).items():
+            known = merged.setdefault(student, dict(ids))
+            for key, value in ids.items():
+                known[key] = known.get(key) or value
+    return merged
 
 
 def read_roster(path: Path) -> dict[str, dict[str, str]]:
@@ -168,13 +184,17 @@ def points_text(value: float) -> str:
     return f"{round(value, 2):.2f}".rstrip("0").rstrip(".")
 
 
-def export(course: Course, path: Path, kind: str = "csv", roster_path: Path | None = None,
+def export(course: Course, path: Path, kind: str = "csv",
+           roster_path: Path | list[Path] | None = None,
            assignments_path: Path | None = None, include_flagged: bool = False) -> int:
-    """Write the grades to ``path`` as ``kind``; return the number of students written."""
+    """Write the grades to ``path`` as ``kind``; return the number of students written.
+    ``roster_path``: one roster or several (merged)."""
     if kind not in ("csv", "canvas", "moodle"):
         raise CourseError(f"unknown export format {kind!r}: csv, canvas or moodle")
     rows = course.grades()
-    roster = read_roster(roster_path) if roster_path is not None else None
+    if isinstance(roster_path, Path):
+        roster_path = [roster_path]
+    roster = read_rosters(roster_path) if roster_path else None
     assignments = read_assignments(assignments_path) if assignments_path else {}
     if kind == "canvas" and not assignments:
         raise CourseError(
@@ -206,14 +226,15 @@ def export(course: Course, path: Path, kind: str = "csv", roster_path: Path | No
         with path.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
             writer.writerow(["student_id", "lesson", "score", "max_score", "status", "reason",
-                             "name", "late", "from"])
+                             "name", "late", "from", "lms_id"])
             for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
                 score = "" if row["score"] is None else float(row["score"])
                 writer.writerow([student_cell(str(row["student_id"])), row["lesson"], score,
                                  float(row["max_score"]), row["status"],
                                  display(str(row.get("reason", ""))),
                                  display(str(row.get("name", ""))),
-                                 "late" if row.get("late") else "", row.get("from", "")])
+                                 "late" if row.get("late") else "", row.get("from", ""),
+                                 display(str(row.get("lms_id", "")))])
         course.log(f"wrote {len(students)} student(s), {len(lessons)} lesson(s) to {path} "
                    "(scores in raw points)")
         return len(students)
@@ -245,7 +266,7 @@ def _write_lms(course: Course, path: Path, kind: str, rows: list[dict], students
         if row is None or row["score"] is None or status == "missing":
             held.append([student, name, lesson, "missing", "no submission"])
             return ""
-        if status != "graded" and not include_flagged:
+        if status == "invalid" or (status != "graded" and not include_flagged):
             held.append([student, name, lesson, status, str(row.get("reason", ""))])
             return ""
         score, possible = float(row["score"]), maxima[lesson]
@@ -257,7 +278,8 @@ def _write_lms(course: Course, path: Path, kind: str, rows: list[dict], students
     def known(student: str) -> dict[str, str]:
         found = dict(roster.get(student, {}))
         origin = course_origin.get(student, {})
-        if origin.get("from") == "canvas" and not found.get("lms_id"):
+        if origin.get("from") == "canvas" and not found.get("lms_id") \
+                and not student.startswith("anon_"):
             found["lms_id"] = student  # the user id in Canvas's own download
         found["name"] = found.get("name") or origin.get("name", "")
         found["email"] = found.get("email") or origin.get("email", "")
@@ -279,18 +301,35 @@ def _write_lms(course: Course, path: Path, kind: str, rows: list[dict], students
         field = max(MOODLE_IDS, key=lambda f: counts[f])  # ties: the order of MOODLE_IDS
         id_fields, matched = (field,), MOODLE_IDS[field]
         lines = [[MOODLE_IDS[field], "Full name", *(c.title for c in columns)]]
+    people: dict[tuple[str, ...], list[str]] = {}  # the LMS's identifiers -> our students
     for student in students:
         ids = known(student)
         name = ids.get("name", "")
-        given = [ids.get(f, "") for f in id_fields]
+        given = tuple(ids.get(f, "") for f in id_fields)
         problem = next((unsafe_identifier(v) for v in given if unsafe_identifier(v)), "")
         if not any(given) or problem:
-            why = problem or f"no identifier from the LMS ({matched}): add it to the roster"
+            why = problem or (
+                "anonymous grading: Canvas's download gives no user id; add it to the roster"
+                if student.startswith("anon_") and kind == "canvas"
+                else f"no identifier from the LMS ({matched}): add it to the roster")
             held += [[student, name, x, "not written", why] for x in lessons]
             continue
-        cells = [cell(student, x, name) for x in lessons]
+        people.setdefault(given, []).append(student)
+    for given, ours in people.items():
+        ids = known(ours[0])
+        name = next((known(s)["name"] for s in ours if known(s).get("name")), "")
+        cells = []
+        for lesson in lessons:
+            having = [s for s in ours if by_cell.get((s, lesson), {}).get("status", "missing")
+                      != "missing"]
+            if len(having) > 1:  # one person, two hand-ins of one lesson: the instructor decides
+                held += [[s, name, lesson, "not written", "the LMS knows these as one student: "
+                          + ", ".join(having)] for s in having]
+                cells.append("")
+            else:
+                cells.append(cell(having[0] if having else ours[0], lesson, name))
         if kind == "canvas":
-            lines.append([display(name or student), *given, display(ids.get("section", "")),
+            lines.append([display(name or ours[0]), *given, display(ids.get("section", "")),
                           *cells])
         else:
             lines.append([*given, display(name), *cells])
@@ -317,5 +356,5 @@ def _write_lms(course: Course, path: Path, kind: str, rows: list[dict], students
         course.log(f"left blank or out: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}"
                    f" (listed in {held_path})"
                    + ("" if include_flagged else "; --include-flagged writes the computed scores"
-                      " of needs_review and invalid submissions"))
+                      " of needs_review submissions"))
     return written

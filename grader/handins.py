@@ -29,15 +29,25 @@ Names are file names, and so untrusted: they are matched as text, kept as the es
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import stat
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import yaml
 
-from grader.intake import IGNORED, MAX_NOTEBOOK_BYTES, display_name, find_notebook
+from grader.intake import (
+    IGNORED,
+    MAX_NOTEBOOK_BYTES,
+    display_name,
+    find_notebook,
+    inert,
+    valid_student_id,
+)
 from grader.lessons import CourseError
 
 LAYOUTS = ("folders", "nbgrader", "canvas", "moodle", "blackboard", "gradescope")
@@ -46,6 +56,7 @@ LABELS = {"folders": "student folders", "nbgrader": "nbgrader's collect layout",
           "blackboard": "a Blackboard Learn download", "gradescope": "a Gradescope export"}
 MAX_METADATA_BYTES = 20 * 2**20  # Gradescope's submission_metadata.yml
 MAX_SUBMITTERS = 50  # students of one Gradescope (group) submission
+MAX_ENTRIES = 100_000  # (submission, student) pairs of one Gradescope export
 
 # Each pattern is how the LMS's own code names a download's members (re.DOTALL: a hostile name
 # may hold a newline, and must still match or fail as a whole).
@@ -55,6 +66,9 @@ MAX_SUBMITTERS = 50  # students of one Gradescope (group) submission
 # URL submission is "<name>[_LATE]_<user id>_text.html" or "..._link.html".
 CANVAS = re.compile(r"(?:(?P<name>.*?)_)?(?P<late>LATE_)?(?P<user>\d+|anon_[A-Za-z0-9]+)"
                     r"_(?P<item>\d+)_(?P<file>.+)", re.DOTALL)
+# The same from the user id on, to try at every "_" of a name (see _canvas_parses).
+CANVAS_TAIL = re.compile(r"(?P<late>LATE_)?(?P<user>[1-9]\d{0,19}|anon_[A-Za-z0-9]+)"
+                         r"_(?P<item>[1-9]\d{0,19})_(?P<file>.+)", re.DOTALL)
 CANVAS_TEXT = re.compile(r"(?:(?P<name>.*?)_)?(?P<late>LATE_)?(?P<user>\d+|anon_[A-Za-z0-9]+)"
                          r"_(?P<file>text\.html|link\.html)", re.DOTALL)
 # Moodle, mod/assign/classes/downloader.php: "<full name>_<participant id>" with every "_" of
@@ -66,11 +80,35 @@ MOODLE_FILE = re.compile(r"(?P<name>[^_]*)_(?P<user>\d+)_assignsubmission_(?P<pl
                          r"(?P<file>.+)", re.DOTALL)
 # Blackboard Learn: "<assignment>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>_<file name>", and
 # "<assignment>_<username>_attempt_<date>.txt" whose first line is "Name: <name> (<username>)".
-BLACKBOARD = re.compile(r"(?P<prefix>.+)_attempt_(?P<date>\d{4}(?:-\d\d){5})"
+# The first "_attempt_<date>": what follows is the student's own file name, which may hold one.
+BLACKBOARD = re.compile(r"(?P<prefix>.+?)_attempt_(?P<date>\d{4}(?:-\d\d){5})"
                         r"(?:_(?P<file>.+)|(?P<meta>\.txt))", re.DOTALL)
 BLACKBOARD_NAME = re.compile(r"^Name:\s*(?P<name>.*?)\s*\((?P<user>[^()\n]+)\)\s*$", re.MULTILINE)
 COPY_SUFFIX = re.compile(r"-\d+(?=\.[^.]*$)")  # Canvas's "-1" for a file handed in again
 GRADESCOPE_METADATA = "submission_metadata.yml"
+MAX_WRAPPERS = 3  # folders around a download that are stepped into
+
+
+def _canvas_name_ok(name: str) -> bool:
+    """Whether Canvas could have written ``name`` before the ids: it removes every character
+    that is not a letter, mark, digit or "_", and makes "_<digits>_" plain digits."""
+    return not re.search(r"_\d+_", name) and all(
+        char == "_" or unicodedata.category(char)[0] in "LMN" for char in name)
+
+
+def _canvas_parses(name: str) -> list[tuple[str, re.Match]]:
+    """Every (student name, rest) reading of a Canvas member name. A name that ends in
+    "_<digits>" reads two ways (``alex_2005_123_77_x.ipynb``: user 2005 or user 123), and so
+    can a file name that begins with digits; the caller decides between them."""
+    found = []
+    for cut in [0, *(i + 1 for i, char in enumerate(name) if char == "_")]:
+        student_name = name[: cut - 1] if cut else ""
+        if cut and not _canvas_name_ok(student_name):
+            break  # every later cut holds this character too
+        match = CANVAS_TAIL.fullmatch(name, cut)
+        if match is not None:
+            found.append((student_name, match))
+    return found
 
 
 @dataclass
@@ -85,11 +123,13 @@ class Handin:
     late: bool = False  # the LMS marked it late
     download_name: str = ""  # how the download named this student's files (feedback folders)
     email: str = ""
+    lms_id: str = ""  # the LMS's own id where it cannot be the gradebook's (escaped)
 
     def record(self, layout: str) -> dict[str, object]:
         """What the ledger keeps of it (JSON)."""
         return {"from": layout, "name": self.name, "late": self.late, "email": self.email,
-                "download_name": self.download_name, "remarks": self.remarks}
+                "download_name": self.download_name, "remarks": self.remarks,
+                "lms_id": self.lms_id}
 
 
 @dataclass
@@ -105,6 +145,8 @@ class Entry:
     download_name: str = ""
     email: str = ""
     problem: str = ""  # why this entry cannot be graded (Gradescope: its folder is missing)
+    doubt: str = ""  # why its owner is uncertain (a Canvas name that reads two ways)
+    readings: list = field(default_factory=list)  # Canvas: every (user, name, Entry) reading
 
 
 def visible(root: Path, layout: str = "folders") -> list[os.DirEntry]:
@@ -158,6 +200,14 @@ def _votes(entries: list[os.DirEntry]) -> dict[str, int]:
     return votes
 
 
+def _real_folder(path: Path) -> bool:
+    """A folder, and not a link to one."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def detect(root: Path, lesson_name: str, shown: str = "") -> tuple[str, Path]:
     """The layout of a download and the folder its hand-ins lie in (a zip often wraps them
     in one folder; a zip of one student's folder is that student's). ``shown``: the download's
@@ -175,8 +225,10 @@ def detect(root: Path, lesson_name: str, shown: str = "") -> tuple[str, Path]:
         within = visible(inner)
         lms = max(_votes(within).values(), default=0) * 2 > len(within) > 0
         gradescope = any(e.name == GRADESCOPE_METADATA for e in within)
-        several = sum(_is_dir(e) for e in within) > 1 and not any(
-            e.name.endswith(".ipynb") for e in within)
+        # One folder of several folders and no notebook of its own is a class (a student's
+        # work zipped with its folder around it holds its notebook at the top).
+        several = not any(e.name.endswith(".ipynb") for e in within) and sum(
+            _is_dir(e) for e in within) > 1
         if lms or gradescope or several:
             return detect(inner, lesson_name, shown)
     votes = _votes(entries)
@@ -184,13 +236,31 @@ def detect(root: Path, lesson_name: str, shown: str = "") -> tuple[str, Path]:
     if votes[best] * 2 > len(entries):
         return best, root
     if folders:
-        nested = any((Path(f.path) / lesson_name).is_dir() for f in folders[:200])
+        nested = any(_real_folder(Path(f.path) / lesson_name) for f in folders[:200])
         return ("nbgrader" if nested else "folders"), root
     raise CourseError(
         f"cannot tell how {shown or display_name(str(root))} is laid out: its files are named "
         "as no LMS names them. Expected <student_id>/<notebook>.ipynb folders, or an LMS's "
         "download as it came (Canvas, Moodle, Blackboard, Gradescope); name the layout with "
         "--from")
+
+
+def _unwrap(root: Path, layout: str) -> Path:
+    """Where a download of a named layout lies: inside the folders that wrap it alone (a zip
+    of one folder, nbgrader's submitted/), so long as their names are not hand-ins."""
+    for _ in range(MAX_WRAPPERS):
+        entries = visible(root, layout)
+        if len(entries) != 1 or not _is_dir(entries[0]):
+            return root
+        only = entries[0]
+        if layout == "nbgrader" and only.name != "submitted" and not _real_folder(
+                Path(only.path) / "submitted"):
+            return root  # one student's folder
+        if layout == "folders" or (layout in ("canvas", "moodle", "blackboard")
+                                   and _entry(layout, only) is not None):
+            return root
+        root = Path(only.path)
+    return root
 
 
 def recognise(root: Path, lesson_name: str, notebook_name: str, layout: str | None = None,
@@ -205,8 +275,8 @@ def recognise(root: Path, lesson_name: str, notebook_name: str, layout: str | No
         layout, root = detect(root, lesson_name, shown)
     elif layout not in LAYOUTS:
         raise CourseError(f"unknown layout {layout!r}: one of {', '.join(LAYOUTS)}")
-    elif layout == "nbgrader" and (root / "submitted").is_dir():
-        root = root / "submitted"
+    else:
+        root = _unwrap(root, layout)
     notes: list[str] = []
     if layout == "gradescope":
         entries, notes = _gradescope(root)
@@ -221,6 +291,8 @@ def recognise(root: Path, lesson_name: str, notebook_name: str, layout: str | No
         if strangers:
             notes.append(f"ignored {len(strangers)} file(s) or folder(s) not named as a hand-in "
                          f"in {LABELS[layout]}: {_names(strangers, 10)}")
+    if layout == "canvas":
+        entries = _resolve_canvas(entries)
     by_student: dict[str, list[Entry]] = {}
     for entry in entries:
         by_student.setdefault(entry.student, []).append(entry)
@@ -240,11 +312,30 @@ def recognise(root: Path, lesson_name: str, notebook_name: str, layout: str | No
             blame.setdefault(owner, []).append(why)
             by_student.setdefault(owner, [])
     handins = []
+    taken = set(by_student)
     for student, own in sorted(by_student.items()):
         handin = _handin(layout, student, own, lesson_name, notebook_name)
         handin.reasons += blame.get(student, [])
+        if layout not in ("folders", "nbgrader") and not valid_student_id(student):
+            _give_gradebook_id(handin, layout, taken)
         handins.append(handin)
     return layout, handins, notes
+
+
+def _give_gradebook_id(handin: Handin, layout: str, taken: set[str]) -> None:
+    """An LMS id that cannot be a gradebook id (a Gradescope SID with a space, say) stays the
+    student's LMS id, for display and export; the gradebook gets the student's e-mail where it
+    can be one, else ``<layout>-<hash of the LMS id>``: the same student gets the same id in
+    every batch."""
+    original = handin.student_id
+    digest = hashlib.sha256(os.fsencode(original)).hexdigest()[:12]
+    for candidate in (handin.email, f"{layout}-{digest}"):
+        if candidate and valid_student_id(candidate) and candidate not in taken:
+            break
+    taken.add(candidate)
+    handin.lms_id, handin.student_id = display_name(original), candidate
+    handin.remarks.append(f"the LMS's id {handin.lms_id!r} cannot be a gradebook id (letters, "
+                          f"digits and ._@+-, at most 100): graded as {candidate}")
 
 
 def _entry(layout: str, entry: os.DirEntry) -> Entry | None:
@@ -253,14 +344,21 @@ def _entry(layout: str, entry: os.DirEntry) -> Entry | None:
     if layout in ("folders", "nbgrader"):
         return Entry(path, entry.name, (), download_name=entry.name) if folder else None
     if layout == "canvas":
-        match = None if folder else CANVAS.fullmatch(entry.name) or CANVAS_TEXT.fullmatch(
-            entry.name)
-        if match is None:
+        if folder:
             return None
-        item = int(match["item"]) if "item" in match.re.groupindex else -1
-        return Entry(path, match["user"], (item, _copy_number(match["file"])),
-                     match["file"], bool(match["late"]), display_name(match["name"] or ""),
-                     entry.name[: match.end("user")])
+        text = CANVAS_TEXT.fullmatch(entry.name)
+        if text is not None and _canvas_name_ok(text["name"] or ""):
+            return Entry(path, text["user"], (-1, 0), text["file"], bool(text["late"]),
+                         display_name(text["name"] or ""), entry.name[: text.end("user")])
+        readings = [Entry(path, match["user"], (int(match["item"]), _copy_number(match["file"])),
+                          match["file"], bool(match["late"]), display_name(student_name),
+                          entry.name[: match.end("user")])
+                    for student_name, match in _canvas_parses(entry.name)]
+        if not readings:
+            return None
+        first = readings[0]
+        first.readings = readings
+        return first
     if layout == "moodle":
         match = (MOODLE_FOLDER if folder else MOODLE_FILE).fullmatch(entry.name)
         if match is None:
@@ -278,6 +376,31 @@ def _entry(layout: str, entry: os.DirEntry) -> Entry | None:
     raise AssertionError(layout)
 
 
+def _resolve_canvas(entries: list[Entry]) -> list[Entry]:
+    """Each Canvas file that reads two ways given to one student: the reading whose user and
+    name another, unambiguous file of the download confirms; else the first reading whose user
+    no other file claims under another name; else the first. Unless confirmed, the file keeps a
+    doubt, which asks for a look and yields to the student's unambiguous files."""
+    sure = {(e.student, e.name) for e in entries if len(e.readings) <= 1}
+    claimed = {user for user, _ in sure}
+    resolved = []
+    for entry in entries:
+        if len(entry.readings) <= 1:
+            resolved.append(entry)
+            continue
+        options = entry.readings
+        confirmed = [r for r in options if (r.student, r.name) in sure]
+        if confirmed:
+            resolved.append(confirmed[0])
+            continue
+        chosen = next((r for r in options if r.student not in claimed), options[0])
+        chosen.doubt = (f"its Canvas file name reads as {len(options)} users ("
+                        + ", ".join(f"{r.student} {r.name or '(no name)'}" for r in options)
+                        + f"): graded as {chosen.student}; check")
+        resolved.append(chosen)
+    return resolved
+
+
 def _owner(layout: str, parts: list[str]) -> str | None:
     """The student a path in a download belongs to (relative to where the hand-ins lie)."""
     if not parts or parts[0] == ".." or layout == "gradescope":
@@ -285,7 +408,10 @@ def _owner(layout: str, parts: list[str]) -> str | None:
     inside = len(parts) > 1
     if layout in ("folders", "nbgrader"):
         return parts[0] if inside else None
-    patterns = {"canvas": (CANVAS, CANVAS_TEXT), "blackboard": (BLACKBOARD,),
+    if layout == "canvas" and not inside:
+        readings = _canvas_parses(parts[0])
+        return readings[0][1]["user"] if len(readings) == 1 else None
+    patterns = {"canvas": (CANVAS_TEXT,), "blackboard": (BLACKBOARD,),
                 "moodle": (MOODLE_FOLDER,) if inside else (MOODLE_FILE,)}[layout]
     for pattern in patterns:
         match = pattern.fullmatch(parts[0])
@@ -332,7 +458,7 @@ def _from_folders(handin: Handin, folders: list[Entry], lesson_name: str, notebo
     submission before its online text)."""
     for entry in folders:
         where = entry.path
-        if layout == "nbgrader" and (where / lesson_name).is_dir():
+        if layout == "nbgrader" and _real_folder(where / lesson_name):
             where = where / lesson_name
         notebook, note = find_notebook(where, notebook_name)
         if notebook is not None:
@@ -368,6 +494,12 @@ def _from_files(handin: Handin, files: list[Entry], notebook_name: str, layout: 
     """The notebook among a student's flat files: the lesson's (the latest hand-in of it), or
     the one other notebook (asking for a look)."""
     candidates = [e for e in files if e.original.endswith(".ipynb")]
+    if any(not e.doubt for e in candidates):  # a file that is surely theirs wins
+        doubtful = [e for e in candidates if e.doubt]
+        if doubtful:
+            handin.remarks.append(f"ignored {len(doubtful)} file(s) whose name reads as "
+                                  "another user too")
+        candidates = [e for e in candidates if not e.doubt]
     notebooks = [e for e in candidates if _size_ok(e.path)]
     named = [e for e in notebooks if COPY_SUFFIX.sub("", e.original) == notebook_name]
     others = {COPY_SUFFIX.sub("", e.original) for e in notebooks}
@@ -386,6 +518,8 @@ def _from_files(handin: Handin, files: list[Entry], notebook_name: str, layout: 
         handin.reasons.append(f"no notebook {notebook_name} in the submission ({what})")
         return
     handin.notebook, handin.late = chosen.path, chosen.late
+    if chosen.doubt:
+        handin.reasons.append(chosen.doubt)
     if len(pool) > 1:
         which = (f"the attempt of {chosen.order[0]}" if layout == "blackboard"
                  else display_name(chosen.path.name))
@@ -453,7 +587,7 @@ def _gradescope(root: Path) -> tuple[list[Entry], list[str]]:
         metadata = yaml.load(path.read_bytes(), Loader=_MetadataLoader)  # a SafeLoader
     except (yaml.YAMLError, RecursionError, ValueError) as error:
         raise CourseError(f"{GRADESCOPE_METADATA} is not readable YAML: "
-                          f"{str(error)[:300]}") from None
+                          f"{inert(str(error), 300)}") from None
     if not isinstance(metadata, dict):
         raise CourseError(f"{GRADESCOPE_METADATA} does not map submissions to their students")
     entries, notes = [], []
@@ -468,6 +602,9 @@ def _gradescope(root: Path) -> tuple[list[Entry], list[str]]:
                          "not graded")
             continue
         created = _created(value.get(":created_at", value.get("created_at")))
+        if len(entries) + len(submitters) > MAX_ENTRIES:
+            raise CourseError(f"{GRADESCOPE_METADATA} names more than {MAX_ENTRIES:,} students "
+                              "in its submissions; refusing")
         for person in submitters:
             if not isinstance(person, dict):
                 continue
@@ -490,7 +627,15 @@ def _gradescope(root: Path) -> tuple[list[Entry], list[str]]:
 
 class _MetadataLoader(yaml.SafeLoader):
     """PyYAML's safe loader, with Ruby's tags (Gradescope writes YAML from Ruby) read as plain
-    values rather than refused."""
+    values rather than refused, and no aliases: Gradescope writes none, and each one can stand
+    for a whole subtree, so a small file could name millions of students."""
+
+    def compose_node(self, parent, index):  # PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "an alias (*name): refused",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
 
 
 _MetadataLoader.add_multi_constructor(

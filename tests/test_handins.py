@@ -306,7 +306,8 @@ def test_hostile_names_in_each_lms_pattern_stay_names(tmp_path) -> None:
     the student's name: the id still comes from where the LMS puts it, the name is escaped."""
     evil = b"\x1b[2J\xe2\x80\xae\xff"
     cases = {
-        "canvas": [b"evil" + evil + b"_77_1_" + NOTEBOOK.encode()],
+        "canvas": [b"evil" + b"_77_1_" + evil + NOTEBOOK.encode(),  # the student's file name
+                   "\u00e9l\u00e8ve_78_2_x.ipynb".encode()],  # a name Canvas writes: letters
         "moodle": [evil + b"_78_assignsubmission_file_" + NOTEBOOK.encode()],
         "blackboard": [b"Float" + evil + b"_u79_attempt_2025-01-01-00-00-00_"
                        + NOTEBOOK.encode()],
@@ -319,10 +320,20 @@ def test_hostile_names_in_each_lms_pattern_stay_names(tmp_path) -> None:
                 handle.write(b"{}")
         found, handins, _ = recognise(root, LESSON.name, NOTEBOOK)
         assert found == layout
-        (handin,) = handins
+        handin = handins[0]
         assert handin.student_id in ("77", "78", "u79") and handin.notebook is not None
         for text in (handin.name, *handin.remarks, *handin.reasons):
             assert "\x1b" not in text and "\u202e" not in text
+    # Canvas removes every character of a name that is not a letter, digit or "_": a name with
+    # others is not Canvas's, and is ignored with an escaped note.
+    root = tmp_path / "forged"
+    root.mkdir()
+    with open(os.path.join(os.fsencode(root), b"evil" + evil + b"_7_1_x.ipynb"), "wb") as out:
+        out.write(b"{}")
+    write(root / canvas_file_name("Real, One", 8, 2, NOTEBOOK))
+    write(root / canvas_file_name("Real, Two", 9, 3, NOTEBOOK))
+    _, handins, notes = recognise(root, LESSON.name, NOTEBOOK, "canvas")
+    assert ids(handins) == ["8", "9"] and "\x1b" not in " ".join(notes) and "evil" in notes[0]
 
 
 def test_a_forged_gradescope_metadata_file_is_refused_or_read_safely(tmp_path) -> None:
@@ -334,9 +345,106 @@ def test_a_forged_gradescope_metadata_file_is_refused_or_read_safely(tmp_path) -
     laughs = "a: &a ['x','x']\n" + "".join(f"{c}: &{c} [*{p},*{p},*{p},*{p}]\n" for p, c in
                                              zip("abcdefgh", "bcdefghi", strict=True))
     write(root / "submission_metadata.yml", laughs + "submission_1:\n  :submitters: *i\n")
-    layout, handins, notes = recognise(root, LESSON.name, NOTEBOOK)
-    assert layout == "gradescope" and handins == [] and notes
+    with pytest.raises(CourseError, match="alias"):  # a few lines could name millions
+        recognise(root, LESSON.name, NOTEBOOK)
+    write(root / "submission_metadata.yml", "submission_1:\n  :submitters:\n  - :name: \"\u202e"
+          "\u200b\"\n  x: [unclosed\n")
+    with pytest.raises(CourseError) as refused:
+        recognise(root, LESSON.name, NOTEBOOK)
+    assert "\u202e" not in str(refused.value) and "\u200b" not in str(refused.value)
     assert not (Path.cwd() / "pwned").exists()
+
+
+def test_a_blackboard_file_name_cannot_speak_for_another_student(tmp_path) -> None:
+    """The student names the file after "_attempt_<date>_", and may write another username and
+    date into it: the first "_attempt_<date>" is Blackboard's, the rest is the file's name."""
+    root = tmp_path / "board"
+    blackboard_attempt(root, "Floats", "asmith", "Ann Smith", "2025-03-01-10-00-00",
+                       {NOTEBOOK: "ann's"})
+    forged = f"asmith_attempt_2099-01-01-00-00-00_{NOTEBOOK}"
+    blackboard_attempt(root, "Floats", "jdoe", "Jane Doe", "2025-03-01-11-00-00",
+                       {NOTEBOOK: "jane's", forged: "blank"})
+    _, handins, _ = recognise(root, LESSON.name, NOTEBOOK)
+    ann, jane = handins
+    assert (ann.student_id, ann.notebook.read_text()) == ("asmith", "ann's")
+    assert (jane.student_id, jane.notebook.read_text()) == ("jdoe", "jane's")
+    too_long = ("Floats_jdoe_attempt_2025-03-01-11-00-00_asmith_attempt_2025-01-01-00-00-00_"
+                + "x" * 200)
+    _, handins, notes = recognise(root, LESSON.name, NOTEBOOK,
+                                  refused=[([too_long], "refused: too long")])
+    assert [h.reasons for h in handins] == [[], ["refused: too long"]] and notes == []
+
+
+def test_a_canvas_name_that_reads_two_ways_is_decided_by_the_others_or_flagged(tmp_path) -> None:
+    """A sortable name may end in "_<digits>" (a self-chosen name "alex_2005"): "alex_2005_123_
+    77_x" reads as user 2005 or user 123. Another file of the same student decides; alone, the
+    file is flagged, and never displaces a file surely another student's."""
+    root = tmp_path / "canvas"
+    write(root / canvas_file_name("alex_2005", 123, 77, NOTEBOOK), "alex's")
+    write(root / canvas_file_name("Real, Student", 2005, 50, NOTEBOOK), "real's")
+    _, handins, _ = recognise(root, LESSON.name, NOTEBOOK, "canvas")
+    by_id = {h.student_id: h for h in handins}
+    assert by_id["2005"].notebook.read_text() == "real's" and by_id["2005"].reasons == []
+    assert by_id["123"].notebook.read_text() == "alex's"
+    assert "reads as 2 users" in by_id["123"].reasons[0]  # flagged: the instructor looks
+    write(root / "alex_2005_123_text.html", "<p>hi</p>")  # reads one way: it confirms 123
+    _, handins, _ = recognise(root, LESSON.name, NOTEBOOK, "canvas")
+    by_id = {h.student_id: h for h in handins}
+    assert set(by_id) == {"123", "2005"} and by_id["123"].reasons == []
+    assert by_id["123"].notebook.read_text() == "alex's"
+    honest = tmp_path / "honest"  # a file name that begins with digits reads one way only
+    write(honest / canvas_file_name("Lee, Ann", 101, 9001, "01_" + NOTEBOOK))
+    write(honest / canvas_file_name("Roe, Rick", 102, 9002, NOTEBOOK))
+    _, handins, _ = recognise(honest, LESSON.name, NOTEBOOK, "canvas")
+    assert (handins[0].student_id, handins[0].reasons) == (
+        "101", [f"graded 01_{NOTEBOOK} in place of {NOTEBOOK}"])
+
+
+def test_gradescope_ids_that_cannot_be_gradebook_ids_are_kept_for_display(tmp_path) -> None:
+    root = tmp_path / "gs"
+    write(root / "submission_metadata.yml", """\
+submission_1:
+  :submitters:
+  - :name: Ana Ruiz
+    :sid: 'A 1234'
+    :email: ana@uni.es
+submission_2:
+  :submitters:
+  - :name: Pat O'Brien
+    :sid: ''
+    :email: o'brien@uni.edu
+""")
+    write(root / "submission_1" / NOTEBOOK)
+    write(root / "submission_2" / NOTEBOOK)
+    _, handins, _ = recognise(root, LESSON.name, NOTEBOOK)
+    ana, pat = sorted(handins, key=lambda h: h.name)
+    assert (ana.student_id, ana.lms_id) == ("ana@uni.es", "A 1234") and ana.reasons == []
+    assert pat.student_id.startswith("gradescope-") and pat.lms_id == "o'brien@uni.edu"
+    again = recognise(root, LESSON.name, NOTEBOOK)[1]
+    assert {h.student_id for h in again} == {h.student_id for h in handins}  # stable ids
+
+
+def test_one_folder_around_a_class_is_stepped_into_and_around_one_student_is_not(
+        tmp_path) -> None:
+    """A folder of several folders and no notebook is a class, even where some students handed
+    in nothing; a student's folder holds its notebook at the top (README)."""
+    write(tmp_path / "one" / "alice" / NOTEBOOK)
+    write(tmp_path / "one" / "alice" / "data" / "x.csv", "1,2")
+    layout, handins, _ = recognise(tmp_path / "one", LESSON.name, NOTEBOOK)
+    assert (layout, ids(handins)) == ("folders", ["alice"])
+    write(tmp_path / "class" / "wrap" / "bob" / NOTEBOOK)
+    (tmp_path / "class" / "wrap" / "carol").mkdir()
+    assert ids(recognise(tmp_path / "class", LESSON.name, NOTEBOOK)[1]) == ["bob", "carol"]
+
+
+def test_a_named_layout_steps_into_its_wrapping_folder_and_follows_no_link(tmp_path) -> None:
+    write(tmp_path / "zip" / "submissions" / canvas_file_name("Doe, Jane", 1, 2, NOTEBOOK))
+    assert ids(recognise(tmp_path / "zip", LESSON.name, NOTEBOOK, "canvas")[1]) == ["1"]
+    secret = write(tmp_path / "elsewhere" / LESSON.name / NOTEBOOK, "not a student's")
+    write(tmp_path / "course" / "submitted" / "mallory" / "readme.txt", "x")
+    os.symlink(secret.parent, tmp_path / "course" / "submitted" / "mallory" / LESSON.name)
+    _, handins, _ = recognise(tmp_path / "course", LESSON.name, NOTEBOOK, "nbgrader")
+    assert handins[0].notebook is None  # the link is not followed
 
 
 # ------------------------------------------------------------------ the importers, modelled
@@ -490,7 +598,8 @@ def test_canvas_export_matches_assignments_by_id_and_never_overwrites(tmp_path) 
            include_flagged=True)
     _, _, scores, _ = canvas_import((tmp_path / "flagged.csv").read_text(),
                                     {4242: "Float formats", 4250: "Backprop (6ND)"}, users)
-    assert scores["102"]["Float formats"] == 2.0 and scores["103"]["Float formats"] == 0.0
+    assert scores["102"]["Float formats"] == 2.0  # needs_review, computed: 3 of 15, of 10
+    assert scores["103"]["Float formats"] is None  # invalid has no computed score: blank
 
 
 def test_canvas_export_without_assignments_refuses_and_shows_the_file_to_write(tmp_path) -> None:
@@ -535,6 +644,37 @@ def test_moodle_export_writes_one_identifier_the_roster_gives_and_no_blank_one(t
     held = list(csv.DictReader((tmp_path / "moodle-not-exported.csv").open()))
     assert [(r["student_id"], r["status"]) for r in held] == [("5003", "not written")]
     assert any("map 'Email address'" in s for s in said)
+
+
+def test_moodle_worksheets_of_two_lessons_make_one_row_per_person(tmp_path) -> None:
+    """Moodle gives each assignment its own participant ids: Ada is 11 in lesson 01 and 57 in
+    lesson 02. Her two worksheets' e-mail joins them into one row."""
+    from grader.export import export
+
+    course, _ = fake_course(tmp_path, [
+        row("11", "01_float_formats", 15.0, source="moodle", name="Ada"),
+        row("57", "02_tensors_and_strides", 6.0, source="moodle", name="Ada", maximum=9.0)])
+    first, second = tmp_path / "w1.csv", tmp_path / "w2.csv"
+    first.write_text("Identifier,Full name,Email address\nParticipant 11,Ada,ada@uni.fr\n")
+    second.write_text("Identifier,Full name,Email address\nParticipant 57,Ada,ada@uni.fr\n")
+    export(course, tmp_path / "m.csv", "moodle", [first, second])
+    grades = moodle_import((tmp_path / "m.csv").read_text(), "Email address",
+                           {"ada": {"email": "ada@uni.fr", "username": "ada", "id_number": ""}})
+    assert grades == {"ada": {"01_float_formats": 15.0, "02_tensors_and_strides": 6.0}}
+    assert len((tmp_path / "m.csv").read_text().splitlines()) == 2  # header and one row
+
+
+def test_anonymous_canvas_ids_are_not_written_as_user_ids(tmp_path) -> None:
+    from grader.export import export
+
+    course, _ = fake_course(tmp_path, [
+        row("anon_x1Y2z", "01_float_formats", 15.0, source="canvas"),
+        row("101", "01_float_formats", 15.0, source="canvas", name="lovelaceada")])
+    (tmp_path / "a.csv").write_text(ASSIGNMENTS)
+    export(course, tmp_path / "c.csv", "canvas", None, tmp_path / "a.csv")
+    assert "anon_" not in (tmp_path / "c.csv").read_text()
+    held = (tmp_path / "c-not-exported.csv").read_text()
+    assert "anon_x1Y2z" in held and "anonymous grading" in held
 
 
 def test_the_plain_export_keeps_identifiers_and_shows_the_late_mark(tmp_path) -> None:
@@ -735,7 +875,8 @@ def test_hostile_members_of_lms_zips_cost_only_their_own_student(tmp_path) -> No
     run = grader("autograde", LESSON.name, canvas, "--course-dir", course, "--jobs", "2")
     assert "recognised a Canvas download" in run.stdout
     assert "outside the archive" in run.stdout and "\x1b" not in run.stdout + run.stderr
-    assert "\u202e" not in run.stdout and "esc\\x1b[31mred\\u202e" in run.stdout
+    assert "\u202e" not in run.stdout  # a name Canvas cannot write is ignored, and escaped:
+    assert "esc\\x1b[31mred\\u202e" in run.stdout and "not named as a hand-in" in run.stdout
     assert not (tmp_path / canvas_file_name("Out, Side", 103, 3, NOTEBOOK)).exists()
     moodle = tmp_path / "moodle.zip"
     with zipfile.ZipFile(moodle, "w") as archive:
@@ -770,8 +911,7 @@ def test_hostile_members_of_lms_zips_cost_only_their_own_student(tmp_path) -> No
     assert grades[("102", LESSON.name)]["status"] == "invalid"
     assert "is a link" in grades[("102", LESSON.name)]["reason"]
     assert "longer than 255 bytes" in grades[("104", LESSON.name)]["reason"]
-    assert grades[("105", LESSON.name)]["status"] == "graded"
-    assert "\\x1b" in grades[("105", LESSON.name)]["name"]
+    assert ("105", LESSON.name) not in grades
     assert grades[("7", LESSON.name)]["status"] == "graded"
     assert grades[("7", LESSON.name)]["name"] == ".Dot Com"
     assert "is a link" in grades[("8", LESSON.name)]["reason"]
@@ -779,8 +919,9 @@ def test_hostile_members_of_lms_zips_cost_only_their_own_student(tmp_path) -> No
     jane = grades[("jdoe", LESSON.name)]
     assert jane["status"] == "invalid" and "is a link" in jane["reason"]
     assert "\x1b" not in jane["name"] and "Doe" in jane["name"]
-    (malicious,) = [r for (s, _), r in grades.items() if "cmd" in s]
-    assert malicious["status"] == "invalid" and malicious["student_id"].startswith("'=")
+    (malicious,) = [r for (s, _), r in grades.items() if s.startswith("gradescope-")]
+    assert malicious["status"] == "invalid"  # graded under an id the grader derived, and the
+    assert "=cmd" in malicious["lms_id"] and not malicious["lms_id"].startswith("=")  # LMS's
 
 
 def test_every_layout_is_documented_in_the_readme() -> None:
