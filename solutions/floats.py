@@ -109,7 +109,8 @@ def encode(x: float, fmt: FloatFormat, saturate: bool = False) -> int:
         fmt: the target format.
         saturate: what to do with values too large for ``fmt``. False: IEEE behaviour, +-inf
             (nan for E4M3, which has no infinity). True: clamp to +-max finite, infinities too,
-            as torch's casts to float8_e4m3fn do.
+            as torch's casts to float8_e4m3fn do on the CPU from torch 2.13 (older versions
+            give nan).
 
     Returns:
         The pattern as an unsigned integer. A nan input gives the format's canonical quiet nan

@@ -10,6 +10,7 @@ keeps fp32 master weights for bf16 parameters (and, with ``state_bits=8``, its m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -171,3 +172,35 @@ def run_recipe(model: TinyTransformer, recipe: str, n_steps: int = 1, batch_size
         targets = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator)
         train_step(model, optimizer, tokens, targets)
     return model, optimizer
+
+
+def tokens_per_step(micro_batch: int, seq_len: int, accumulation_steps: int = 1,
+                    data_parallel: int = 1) -> int:
+    """The global batch in tokens: each of ``data_parallel`` replicas runs
+    ``accumulation_steps`` micro-batches of ``micro_batch`` sequences of ``seq_len`` tokens
+    before one optimizer step."""
+    return micro_batch * seq_len * accumulation_steps * data_parallel
+
+
+def lr_at(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
+    """The learning rate at ``step`` (from 0) of a linear warmup from 0 to ``max_lr`` over
+    ``warmup_steps``, then a cosine decay to ``min_lr`` at ``total_steps``, and ``min_lr``
+    after: the schedule of GPT-3, Llama and CS336's assignment 1."""
+    if step < warmup_steps:
+        return max_lr * step / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (total_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (max_lr - min_lr)
+
+
+def clip_by_global_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float) -> float:
+    """Scale every gradient by ``max_norm / (norm + 1e-6)`` where the norm of all of them
+    together exceeds ``max_norm``, in place, as ``torch.nn.utils.clip_grad_norm_`` does; return
+    the norm before clipping. One norm over all parameters: the update keeps its direction."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    factor = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(factor)
+    return norm.item()

@@ -554,3 +554,27 @@ def test_predicted_days_of_the_70b_run_are_training_days_with_the_dense_peak() -
     assert predicted_days_70b == pytest.approx(days, rel=1e-12)
     assert round(predicted_days_70b) == 144
 
+
+
+def test_the_embedding_share_of_6nd_lesson_04_states() -> None:
+    """6ND with the course's N (embedding included) overcounts by 6Vd per token for an untied
+    model: 1.9% of 6ND for LLaMA 2 7B, 0.4% for GPT-3 175B."""
+    models = json.loads((Path(__file__).resolve().parent.parent / "data" / "models.json")
+                        .read_text())["models"]
+    for name, share in [("LLaMA 2 7B", 0.019), ("GPT-3 175B", 0.004)]:
+        m = models[name]
+        n = transformer_params(m["n_layers"], m["d_model"], m["vocab_size"],
+                               gated_mlp_d_ff(m["d_ff"], m["mlp_matrices"]))
+        assert round(m["vocab_size"] * m["d_model"] / n, 3) == share, name
+
+
+def test_palms_mfu_attention_term_is_three_times_the_courses_forward_square() -> None:
+    """Lesson 04: PaLM's 12 L H Q T FLOPs per token for a step (H Q = d) is the forward pass's
+    4 T^2 d per block, both matmuls over the whole square, times 3, per token."""
+    layers, d, seq_len, vocab = 4, 64, 32, 100
+    with_attention = transformer_forward_flops(layers, d, seq_len, vocab)
+    # Every weight matrix once per token, 2 FLOPs per parameter; the embedding is a lookup.
+    weights_only = 2 * seq_len * (transformer_params(layers, d, vocab) - vocab * d)
+    attention_forward = with_attention - weights_only
+    assert attention_forward == layers * 4 * seq_len**2 * d
+    assert 3 * attention_forward / seq_len == 12 * layers * d * seq_len

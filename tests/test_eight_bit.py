@@ -3,6 +3,7 @@ enough decades does not (solutions/eight_bit.py)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -59,3 +60,29 @@ def test_the_zeroes_after_the_first_step_are_as_lesson_05_says() -> None:
               [("linear", LINEAR_CODE), ("7", log_code(7)), ("12", log_code(12))]}
     assert 0.85 < zeroed["linear"] / 256 < 0.95 and 0.2 < zeroed["7"] / 256 < 0.3
     assert zeroed["12"] <= 2  # one here; a value at the threshold may round either way elsewhere
+
+
+def _dynamic_map(signed: bool, exponent_bits: int = 7) -> list[float]:
+    """bitsandbytes' dynamic code as Dettmers et al. describe it, written anew: level group i
+    (i = 0 .. 6) covers 10**(i - 6) times [0.1, 1] with the midpoints of an even split into
+    2**i pieces (2**(i + 1) without a sign bit: the freed bit goes to the fraction); the
+    signed code mirrors each group; 0 and 1 complete it."""
+    levels = [0.0, 1.0]
+    for i in range(exponent_bits):
+        pieces = 2 ** i if signed else 2 ** (i + 1)
+        edges = [0.1 + 0.9 * k / pieces for k in range(pieces + 1)]
+        scale = 10.0 ** (i - exponent_bits + 1)
+        group = [scale * (a + b) / 2 for a, b in itertools.pairwise(edges)]
+        levels += group + ([-x for x in group] if signed else [])
+    return sorted(levels)
+
+
+def test_the_dynamic_codes_smallest_level_is_as_lesson_05_says() -> None:
+    """"a few times 1e-7 of the block's largest (3.25e-7 for v), a range a little narrower than
+    the seven-decade log code's" (whose smallest level is 1e-7)."""
+    unsigned, signed = _dynamic_map(signed=False), _dynamic_map(signed=True)
+    assert len(unsigned) == len(signed) == 256  # one byte either way
+    smallest_v, smallest_m = min(x for x in unsigned if x > 0), min(x for x in signed if x > 0)
+    assert math.isclose(smallest_v, 3.25e-7) and math.isclose(smallest_m, 5.5e-7)
+    seven_decades = min(float(x) for x in log_code(7) if x > 0)
+    assert math.isclose(seven_decades, 1e-7) and seven_decades < smallest_v < smallest_m

@@ -520,3 +520,5 @@ def test_explorer_shows_what_the_reference_gives_as_its_controls_move() -> None:
 def test_the_padded_vocabulary_lesson_03_names_is_the_next_multiple_of_128() -> None:
     padded = -(-50257 // 128) * 128
     assert padded == 50304 and padded % 128 == 0 and padded - 128 < 50257
+    # "The padded one does 0.09% more FLOPs": the logits matmul's FLOPs grow with V.
+    assert f"{(padded / 50257 - 1) * 100:.2f}" == "0.09"

@@ -188,3 +188,59 @@ def test_lessons_05_and_06_count_llama_activations_alike() -> None:
                                        4096, shape["vocab_size"], 1, d_ff, torch.bfloat16)
     lesson_05 = llama_2_7b_budget(4096)["budget"]["activations"]
     assert lesson_05 < lesson_06 < 1.02 * lesson_05
+
+
+def _saved_values_per_token(mlp, x) -> int:
+    """Elements autograd saves for the backward pass in one forward pass of ``mlp``, per token:
+    each storage once (an input that feeds two matmuls is kept once), the weights left out."""
+    import torch
+
+    weights = {p.untyped_storage().data_ptr() for p in mlp.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in weights:
+            kept[storage.data_ptr()] = storage.nbytes() // tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        mlp(x)
+    return sum(kept.values()) // (x.numel() // x.shape[-1])
+
+
+def test_a_swiglu_mlp_keeps_more_than_the_gpt_mlp_the_count_assumes() -> None:
+    """Lesson 05's "things to try": Korthikanti's count is of a GPT MLP (d -> 4d -> d: its input,
+    the GELU's input and the down-projection's input, 9d values per token). LLaMA's SwiGLU
+    keeps its input, the gate's output (SiLU's input), SiLU's output and the up-projection's
+    (the product's two inputs) and the product (the down-projection's input): d + 4 d_ff.
+    For LLaMA 2 7B at 4096 tokens that is 2.95 GB more, about 54.5 GB, and 5 GPUs, not 4."""
+    import torch
+    from torch import nn
+
+    d, d_ff = 8, 24
+
+    class SwiGLU(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate, self.up = nn.Linear(d, d_ff, bias=False), nn.Linear(d, d_ff, bias=False)
+            self.down = nn.Linear(d_ff, d, bias=False)
+
+        def forward(self, x):
+            return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+    gpt = nn.Sequential(nn.Linear(d, 4 * d, bias=False), nn.GELU(), nn.Linear(4 * d, d, bias=False))
+    x = torch.randn(2, 5, d, requires_grad=True)
+    assert _saved_values_per_token(gpt, x) == 9 * d
+    assert _saved_values_per_token(SwiGLU(), x) == d + 4 * d_ff
+
+    shape, s = MODELS["LLaMA 2 7B"], 4096
+    assert (shape["d_ff"], shape["mlp_matrices"]) == (11008, 3)
+    extra = (4 * shape["d_ff"] - 8 * shape["d_model"]) * 2 * s * shape["n_layers"]  # bf16
+    assert round(extra / 1e9, 2) == 2.95
+    at_4096 = llama_2_7b_budget(s)
+    activations = at_4096["budget"]["activations"] + extra
+    assert round(activations / 1e9, 1) == 54.5
+    state = sum(at_4096["budget"].values()) - at_4096["budget"]["activations"]
+    gpu = ACCELERATORS["H100 SXM"]["memory_bytes"]
+    assert at_4096["gpus"] == 4 and math.ceil(state / (gpu - activations)) == 5

@@ -964,3 +964,68 @@ def test_relu_halves_the_variance_per_layer_and_a_residual_stream_adds_one_per_b
                 h = layer(h)
             mean_squares.append(h.pow(2).mean().item())
         assert math.sqrt(sum(mean_squares) / 8) == pytest.approx(predicted, rel=tolerance)
+
+
+def test_the_log_softmax_is_half_of_what_checkpointing_keeps_in_lesson_06s_model() -> None:
+    """Lesson 06's "why about a sixth": the numbers it quotes for its model (2 blocks, width
+    64, 256 tokens of vocabulary, 8 sequences of 64, fp32)."""
+    plain = training.saved_activation_bytes(2, 64, 4, 64, 256, 8)
+    kept = training.saved_activation_bytes(2, 64, 4, 64, 256, 8, checkpoint_blocks=True)
+    log_softmax, block_inputs = 4 * 8 * 64 * 256, 2 * 4 * 8 * 64 * 64
+    assert (plain, kept, log_softmax, block_inputs) == (6_055_940, 1_058_820, 524_288, 262_144)
+    assert 0.49 < log_softmax / kept < 0.5 and 1 / 8 < kept / plain < 1 / 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(warmup=st.integers(1, 50), decay=st.integers(1, 200), min_fraction=st.floats(0, 0.5))
+def test_lr_at_is_torchs_linear_warmup_then_cosine_annealing(warmup, decay, min_fraction) -> None:
+    """``lr_at`` against torch's schedulers: LinearLR from (almost) 0 for the warmup, then
+    CosineAnnealingLR down to min_lr (SequentialLR). torch updates its rate by a recurrence, so
+    the two agree within float64 rounding accumulated over the steps, not bit for bit; LinearLR
+    cannot start at exactly 0, so the warmup starts at 1e-12 of max_lr."""
+    from solutions.training_loop import lr_at
+
+    max_lr, total = 1e-3, warmup + decay
+    min_lr = max_lr * min_fraction
+    layer = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=max_lr)
+    start = 1e-12
+    schedule = torch.optim.lr_scheduler.SequentialLR(optimizer, [
+        torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=start, end_factor=1.0,
+                                          total_iters=warmup),
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=decay, eta_min=min_lr)],
+        milestones=[warmup])
+    for step in range(total + 1):
+        expected = optimizer.param_groups[0]["lr"]
+        ours = lr_at(step, max_lr, min_lr, warmup, total)
+        assert ours == pytest.approx(expected, rel=1e-9, abs=max_lr * (start + 1e-12)), step
+        optimizer.step()
+        schedule.step()
+    assert lr_at(total + 10, max_lr, min_lr, warmup, total) == min_lr
+
+
+def test_clip_by_global_norm_is_torchs_clip_grad_norm() -> None:
+    from solutions.training_loop import clip_by_global_norm
+
+    for max_norm in (0.1, 1.0, 1e6):
+        models = []
+        for _ in range(2):
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 3))
+            model(torch.randn(4, 8)).pow(2).sum().backward()
+            models.append(model)
+        ours = clip_by_global_norm(models[0].parameters(), max_norm)
+        theirs = torch.nn.utils.clip_grad_norm_(models[1].parameters(), max_norm).item()
+        assert ours == pytest.approx(theirs, rel=1e-6)  # float32 norms, summed in other orders
+        for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=0)
+        total = torch.linalg.vector_norm(torch.cat([p.grad.flatten()
+                                                    for p in models[0].parameters()]))
+        assert total.item() <= max(max_norm, 0) * (1 + 1e-5) or max_norm >= theirs
+
+
+def test_tokens_per_step_multiplies_the_four_factors() -> None:
+    from solutions.training_loop import tokens_per_step
+
+    assert tokens_per_step(8, 64) == 512
+    assert tokens_per_step(1, 4096, 8, 128) == 4_194_304 == 2**22
