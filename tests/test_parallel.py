@@ -1,0 +1,366 @@
+"""Lesson 07's counts (solutions/parallel.py) against independent oracles: NCCL-tests' bus
+bandwidth factors, a real sum for the simulated ring, the ZeRO paper's figure 1 and section 7,
+a simulated pipeline schedule for the bubble (Narayanan et al. 2021), and a tensor-parallel
+block simulated rank by rank, whose all-reduces are counted (Shoeybi et al. 2019)."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from solutions.parallel import (
+    COLLECTIVES,
+    allreduce_seconds,
+    collective_bytes,
+    min_tokens_to_hide_allreduce,
+    pipeline_bubble_fraction,
+    ring_all_reduce,
+    tensor_parallel_bytes,
+    zero_bytes_per_device,
+    zero_comm_bytes,
+)
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+H100 = json.loads((DATA / "hardware.json").read_text())["accelerators"]["H100 SXM"]
+NODE = json.loads((DATA / "interconnects.json").read_text())["H100 SXM node"]
+
+# NCCL-tests (doc/PERFORMANCE.md): bus bandwidth = algorithm bandwidth (B / t) times these
+# factors, which make a collective's bus bandwidth the bandwidth each rank's link carries.
+NCCL_TESTS_BUS_FACTOR = {"all_reduce": lambda n: Fraction(2 * (n - 1), n),
+                         "reduce_scatter": lambda n: Fraction(n - 1, n),
+                         "all_gather": lambda n: Fraction(n - 1, n),
+                         "all_to_all": lambda n: Fraction(n - 1, n)}
+
+
+@given(st.sampled_from(COLLECTIVES), st.integers(1, 64), st.integers(0, 10**12))
+def test_bytes_per_rank_are_nccl_tests_bus_factor_times_the_tensor(op, n, shard) -> None:
+    tensor_bytes = shard * n
+    sent = collective_bytes(op, tensor_bytes, n)
+    assert isinstance(sent, int) and sent == NCCL_TESTS_BUS_FACTOR[op](n) * tensor_bytes
+    assert collective_bytes(op, tensor_bytes, 1) == 0
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("all_reduce", 10, 3), "does not split into 3 equal shards"),
+    (("broadcast", 12, 3), "unknown collective 'broadcast'"),
+    (("all_gather", -4, 2), "tensor_bytes must be >= 0"),
+    (("all_gather", 4, 0), "world_size must be >= 1"),
+    (("all_gather", 4.0, 2), "tensor_bytes must be an integer"),
+    (("all_gather", 4, True), "world_size must be an integer"),
+])
+def test_collective_bytes_names_what_is_wrong(args, words) -> None:
+    with pytest.raises(TypeError if "integer" in words else ValueError, match=words):
+        collective_bytes(*args)
+
+
+@given(st.integers(1, 8), st.integers(0, 5), st.integers(0, 2**31))
+def test_the_ring_gives_every_rank_the_exact_sum_and_sends_what_collective_bytes_says(
+        n, chunk, seed) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    # Integers below 2**20 in float32: every partial sum is exact, in any order.
+    shards = [torch.randint(-2**20, 2**20, (n * chunk,), generator=generator).float()
+              for _ in range(n)]
+    before = [t.clone() for t in shards]
+    results, sent = ring_all_reduce(shards)
+    expected = torch.stack(shards).sum(0) if n * chunk else torch.zeros(0)
+    assert len(results) == n and all(torch.equal(r, expected) for r in results)
+    assert all(torch.equal(a, b) for a, b in zip(shards, before, strict=True))  # inputs intact
+    if chunk:  # new tensors, not the inputs
+        assert all(r.data_ptr() != t.data_ptr() for r, t in zip(results, shards, strict=True))
+    assert sent == collective_bytes("all_reduce", shards[0].nbytes, n)
+
+
+@given(st.integers(2, 8), st.integers(1, 64), st.integers(0, 2**31))
+def test_the_ring_sum_of_floats_is_one_set_of_bits_close_to_sum(n, chunk, seed) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    shards = [torch.randn(n * chunk, generator=generator) for _ in range(n)]
+    results, _ = ring_all_reduce(shards)
+    assert all(torch.equal(r, results[0]) for r in results)  # summed once, then copied
+    exact = torch.stack(shards).double().sum(0)
+    # n - 1 float32 additions in some order: each rounds by at most 2**-24 of the running sum,
+    # whose magnitude is at most the sum of the magnitudes.
+    bound = (n - 1) * 2**-24 * torch.stack(shards).double().abs().sum(0)
+    assert bool(((results[0].double() - exact).abs() <= bound).all())
+
+
+@pytest.mark.parametrize(("shards", "words"), [
+    ([], "non-empty list"),
+    ([torch.zeros(4), torch.zeros(6)], "same length"),
+    ([torch.zeros(4), torch.zeros(4, dtype=torch.float64)], "same length, dtype"),
+    ([torch.zeros(2, 2), torch.zeros(2, 2)], "must be 1-D"),
+    ([torch.zeros(5), torch.zeros(5)], "does not split into 2 equal chunks"),
+    ([torch.zeros(4), [0, 0, 0, 0]], "must be a torch.Tensor"),
+    (torch.zeros(4), "must be a list of tensors"),
+])
+def test_the_ring_names_bad_shards(shards, words) -> None:
+    with pytest.raises(TypeError if "must be a" in words else ValueError, match=words):
+        ring_all_reduce(shards)
+
+
+def test_zero_paper_figure_1() -> None:
+    """Rajbhandari et al. 2020, figure 1: 7.5B parameters, 64 GPUs, K = 12: 120 GB for plain
+    data parallelism, 31.4 GB (P_os), 16.6 GB (P_os+g), 1.9 GB (P_os+g+p)."""
+    printed = [120, 31.4, 16.6, 1.9]
+    per_gpu = [zero_bytes_per_device(7_500_000_000, 64, stage) / 1e9 for stage in range(4)]
+    assert [round(x, 1) for x in per_gpu] == printed
+    # the paper's formulas, (2 + 2 + K) psi, 2 psi + 2 psi + K psi / Nd, ...
+    psi, nd, k = Fraction(7_500_000_000), 64, 12
+    formulas = [(4 + k) * psi, 4 * psi + k * psi / nd, 2 * psi + (2 + k) * psi / nd,
+                (4 + k) * psi / nd]
+    assert per_gpu == [float(f / 10**9) for f in formulas]
+
+
+@given(st.integers(0, 10**12), st.integers(1, 4096), st.integers(0, 4), st.integers(0, 4),
+       st.integers(0, 16))
+def test_each_zero_stage_shards_more_and_the_shards_cover_every_parameter(n, ranks, p, g, k):
+    held = [zero_bytes_per_device(n, ranks, stage, p, g, k) for stage in range(4)]
+    assert held == sorted(held, reverse=True)  # each stage holds no more than the one before
+    assert held[0] == n * (p + g + k)
+    assert zero_bytes_per_device(n, 1, 3, p, g, k) == held[0]  # one rank: nothing to shard
+    # the shards of stage 3 cover the model, padding at most one element per rank
+    assert n * (p + g + k) <= ranks * held[3] < (n + ranks) * (p + g + k) or p + g + k == 0
+
+
+@given(st.integers(0, 10**12), st.integers(1, 4096))
+def test_zero_stage_3_sends_one_and_a_half_times_stage_2(n, ranks) -> None:
+    """ZeRO paper, section 7: stages 1 and 2 send as much as data parallelism's all-reduce;
+    stage 3 all-gathers the weights once more, 1.5 times the bytes."""
+    sent = [zero_comm_bytes(n, ranks, stage) for stage in range(4)]
+    assert sent[0] == sent[1] == sent[2] and 2 * sent[3] == 3 * sent[2]
+    if n % ranks == 0:
+        assert sent[0] == collective_bytes("all_reduce", 2 * n, ranks)
+
+
+@given(st.integers(0, 10**12), st.integers(1, 64), st.floats(1e6, 1e13), st.floats(0, 1e-3))
+def test_allreduce_seconds_is_bytes_over_bandwidth_plus_a_latency_per_step(size, n, bw, alpha):
+    seconds = allreduce_seconds(size, n, bw, alpha)
+    expected = 2 * (n - 1) * alpha + float(NCCL_TESTS_BUS_FACTOR["all_reduce"](n) * size) / bw
+    assert math.isclose(seconds, expected, rel_tol=1e-12, abs_tol=1e-300)
+    assert allreduce_seconds(size, 1, bw, alpha) == 0.0
+
+
+@given(st.floats(1e9, 1e16), st.floats(1e6, 1e13), st.integers(1, 1024), st.integers(1, 4),
+       st.integers(1, 10**12))
+def test_at_the_minimum_tokens_the_backward_pass_lasts_as_long_as_the_allreduce(
+        peak, bw, n, g, n_params) -> None:
+    tokens = min_tokens_to_hide_allreduce(peak, bw, n, g)
+    backward = 4 * n_params * tokens / peak  # lesson 04: the backward pass is 4N FLOPs a token
+    assert math.isclose(backward, allreduce_seconds(n_params * g, n, bw), rel_tol=1e-9)
+
+
+def test_the_interconnect_figures_and_what_they_hide() -> None:
+    """8 H100s on NVLink hide their bf16 gradient all-reduce behind about 1,900 tokens per GPU
+    per step at the peak; over one 400 Gb/s NIC per GPU it takes nine times as many."""
+    assert NODE["nvlink_bytes_per_s"] * 2 == NODE["nvlink_bytes_per_s_both_directions"] == 900e9
+    assert NODE["nic_bytes_per_s"] * 8 == NODE["nic_bits_per_s"] == 400e9
+    peak = H100["peak_flops"]["bf16"]
+    nvlink = min_tokens_to_hide_allreduce(peak, NODE["nvlink_bytes_per_s"], 8)
+    nic = min_tokens_to_hide_allreduce(peak, NODE["nic_bytes_per_s"], 8)
+    # (n-1) g peak / (2 n beta) = 7 * 2 * 989.4e12 / (16 * 450e9): 1923.8 tokens, and 17314.5
+    assert math.isclose(nvlink, 1923.8333, rel_tol=1e-6) and math.isclose(nic, 17314.5)
+    assert math.isclose(nic / nvlink, 9)
+
+
+def simulated_pipeline(p: int, m: int, schedule: str, backward_slots: int) -> Fraction:
+    """The idle share of p stages running m micro-batches, each task started as soon as its
+    input exists and its stage is free, in the order each stage runs them: GPipe (all forward
+    passes, then all backward passes) or 1F1B (Narayanan et al. 2021, figure 4: stage j runs
+    p - 1 - j forward passes ahead, then alternates one backward pass and one forward pass)."""
+    orders = []
+    for stage in range(p):
+        forward, backward = [("F", i) for i in range(m)], [("B", i) for i in range(m)]
+        if schedule == "gpipe":
+            orders.append(forward + backward)
+            continue
+        warm = min(p - 1 - stage, m)
+        order = forward[:warm]
+        for i in range(m - warm):
+            order += [forward[warm + i], backward[i]]
+        orders.append(order + backward[m - warm:])
+    done: dict[tuple[str, int, int], int] = {}
+    free = [0] * p
+    position = [0] * p
+    while any(position[s] < len(orders[s]) for s in range(p)):
+        progressed = False
+        for stage in range(p):
+            if position[stage] == len(orders[stage]):
+                continue
+            kind, i = orders[stage][position[stage]]
+            needs = ((kind, i, stage - 1) if kind == "F" and stage else
+                     ("B", i, stage + 1) if kind == "B" and stage < p - 1 else
+                     ("F", i, stage) if kind == "B" else None)
+            if needs is not None and needs not in done:
+                continue
+            start = max(free[stage], done[needs] if needs else 0)
+            free[stage] = done[(kind, i, stage)] = start + (1 if kind == "F" else backward_slots)
+            position[stage] += 1
+            progressed = True
+        assert progressed, "the schedule deadlocked"
+    makespan = max(free)
+    busy = m * (1 + backward_slots)
+    return 1 - Fraction(busy, makespan)
+
+
+@given(st.integers(1, 8), st.integers(1, 12), st.sampled_from(["gpipe", "1f1b"]),
+       st.integers(1, 3))
+def test_the_bubble_is_that_of_a_simulated_schedule(p, m, schedule, backward_slots) -> None:
+    simulated = simulated_pipeline(p, m, schedule, backward_slots)
+    assert math.isclose(pipeline_bubble_fraction(p, m), float(simulated), rel_tol=1e-12)
+    assert simulated == Fraction(p - 1, m + p - 1)
+
+
+class _Counted:
+    """The all-reduces of a tensor-parallel block simulated in one process, with their bytes."""
+
+    def __init__(self, ranks: int) -> None:
+        self.ranks, self.bytes, self.count = ranks, 0, 0
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        self.count += 1
+        self.bytes += collective_bytes("all_reduce", tensor.nbytes, self.ranks)
+
+
+def _copy_to_ranks(x, wire: _Counted):
+    """Megatron's f: the same input on every rank; backward, the ranks' gradients all-reduced."""
+
+    class Copy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return tuple(x.clone() for _ in range(wire.ranks))
+
+        @staticmethod
+        def backward(ctx, *grads):
+            total = torch.stack(grads).sum(0)
+            wire.all_reduce(total)
+            return total
+
+    return Copy.apply(x)
+
+
+def _sum_of_ranks(partials, wire: _Counted):
+    """Megatron's g: the ranks' partial outputs all-reduced; backward, nothing to send."""
+
+    class Reduce(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *partials):
+            total = torch.stack(partials).sum(0)
+            wire.all_reduce(total)
+            return total
+
+        @staticmethod
+        def backward(ctx, grad):
+            return tuple(grad for _ in range(wire.ranks))
+
+    return Reduce.apply(*partials)
+
+
+def test_a_tensor_parallel_block_sends_four_all_reduces_per_step() -> None:
+    """A pre-norm transformer block, split over t simulated ranks as Shoeybi et al. 2019 split
+    it (attention by heads, the MLP's first matmul by columns and its second by rows), gives the
+    unsplit block's output and gradients and needs four all-reduces of (b, s, d) per step."""
+    torch.manual_seed(0)
+    b, s, d, heads, t = 2, 5, 8, 4, 2
+    qkv, out = nn.Linear(d, 3 * d, bias=False).double(), nn.Linear(d, d, bias=False).double()
+    up, down = nn.Linear(d, 4 * d, bias=False).double(), nn.Linear(4 * d, d, bias=False).double()
+    x = torch.randn(b, s, d, dtype=torch.float64)
+
+    def attention(q, k, v):  # (b, s, h, dh) each
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / q.shape[-1] ** 0.5
+        mask = torch.ones(s, s, dtype=torch.bool).tril()
+        weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        return torch.einsum("bhqk,bkhe->bqhe", weights, v).reshape(b, s, -1)
+
+    def whole(x):
+        q, k, v = qkv(nn.functional.layer_norm(x, (d,))).view(b, s, 3, heads, -1).unbind(2)
+        x = x + out(attention(q, k, v))
+        return x + down(nn.functional.gelu(up(nn.functional.layer_norm(x, (d,)))))
+
+    def split(x, wire):
+        per, dh = heads // t, d // heads
+        w_qkv = qkv.weight.view(3, heads, dh, d)
+        partials = []
+        for rank, h in enumerate(_copy_to_ranks(nn.functional.layer_norm(x, (d,)), wire)):
+            mine = slice(rank * per, (rank + 1) * per)
+            q, k, v = (h @ w_qkv[i, mine].reshape(-1, d).T for i in range(3))
+            heads_out = attention(*(z.view(b, s, per, dh) for z in (q, k, v)))
+            partials.append(heads_out @ out.weight[:, rank * per * dh:(rank + 1) * per * dh].T)
+        x = x + _sum_of_ranks(partials, wire)
+        partials = []
+        cols = 4 * d // t
+        for rank, h in enumerate(_copy_to_ranks(nn.functional.layer_norm(x, (d,)), wire)):
+            hidden = nn.functional.gelu(h @ up.weight[rank * cols:(rank + 1) * cols].T)
+            partials.append(hidden @ down.weight[:, rank * cols:(rank + 1) * cols].T)
+        return x + _sum_of_ranks(partials, wire)
+
+    wire = _Counted(t)
+    x_whole, x_split = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = whole(x_whole)
+    expected.square().sum().backward()
+    grads_whole = [p.grad.clone() for p in (qkv.weight, out.weight, up.weight, down.weight)]
+    for p in (qkv.weight, out.weight, up.weight, down.weight):
+        p.grad = None
+    got = split(x_split, wire)
+    assert wire.count == 2  # forward: one all-reduce after attention, one after the MLP
+    got.square().sum().backward()
+    assert wire.count == 4  # backward: one for each copy of the normalised input
+    # float64, a handful of operations in another order: agreement to 1e-12 is loose enough
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(x_split.grad, x_whole.grad, rtol=1e-12, atol=1e-12)
+    for p, g in zip((qkv.weight, out.weight, up.weight, down.weight), grads_whole, strict=True):
+        assert torch.allclose(p.grad, g, rtol=1e-12, atol=1e-12)
+    assert wire.bytes == tensor_parallel_bytes(b, s, d, t, bytes_per_element=8)
+
+
+@given(st.integers(1, 64), st.integers(1, 8192), st.integers(1, 64), st.integers(1, 16),
+       st.integers(1, 4))
+def test_tensor_parallel_bytes_are_four_all_reduces_of_the_activation(b, s, per_rank, t, e):
+    d = per_rank * t
+    assert tensor_parallel_bytes(b, s, d, t, e) == 4 * 2 * (t - 1) * b * s * per_rank * e
+    assert tensor_parallel_bytes(b, s, d, 1, e) == 0
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda: zero_bytes_per_device(10, 2, 4), "stage must be 0, 1, 2 or 3"),
+    (lambda: zero_comm_bytes(-1, 2, 1), "n_params must be >= 0"),
+    (lambda: allreduce_seconds(10, 2, 0), "bandwidth must be positive"),
+    (lambda: allreduce_seconds(10, 2, 1e9, -1e-6), "latency must be >= 0"),
+    (lambda: allreduce_seconds(float("nan"), 2, 1e9), "tensor_bytes must be a finite number"),
+    (lambda: min_tokens_to_hide_allreduce(1e15, 5e10, 0), "world_size must be >= 1"),
+    (lambda: pipeline_bubble_fraction(4, 0), "n_microbatches must be >= 1"),
+    (lambda: tensor_parallel_bytes(1, 16, 10, 4), "d_model=10 does not split over 4"),
+])
+def test_bad_input_is_named(call, words) -> None:
+    with pytest.raises(ValueError, match=words):
+        call()
+
+
+def test_every_hidden_check_holds_on_the_reference() -> None:
+    """grader/cases/parallel.py: each expression runs on solutions/parallel.py, and each one
+    that should refuse its input raises what it names (sync writes their expected values)."""
+    import solutions.parallel
+    from grader.cases import as_case, reference_raises, reference_value
+    from grader.cases.parallel import CASES
+
+    namespace = {"torch": torch, **vars(solutions.parallel)}
+    graded = {"collective_bytes", "ring_all_reduce", "zero_bytes_per_device", "zero_comm_bytes",
+              "allreduce_seconds", "min_tokens_to_hide_allreduce", "pipeline_bubble_fraction",
+              "tensor_parallel_bytes"}
+    assert set(CASES) == graded
+    for name, cases in CASES.items():
+        cases = [as_case(c) for c in cases]
+        assert sum(c.raises is not None for c in cases) >= 1, name  # bad input is checked
+        for case in cases:
+            if case.raises:
+                reference_raises(case, namespace)
+            else:
+                reference_value(case, namespace)
+    ring = reference_value(as_case(CASES["ring_all_reduce"][0]), namespace)
+    assert ring[1] == 2 * 3 * 8 and all(torch.equal(r, 3 * torch.arange(8.) - 2) for r in ring[0])
