@@ -244,6 +244,28 @@ def gated_mlp_d_ff(d_ff: int, mlp_matrices: int) -> int:
     return sizes["d_ff"] * sizes["mlp_matrices"] // 2
 
 
+def model_params(shape: dict) -> int:
+    """The weight matrices of a ``models.json`` entry, each at its real width.
+
+    ``transformer_params`` with a gated MLP counted by ``gated_mlp_d_ff``, less what grouped-
+    query attention saves: its k and v projections are (d, n_kv_heads * d / n_heads) matrices,
+    not (d, d), so each block holds 2 d (d - n_kv_heads * d / n_heads) fewer parameters.
+    Biases, norms and position embeddings are left out, as in ``transformer_params``.
+
+    Args:
+        shape: an entry with n_layers, d_model, n_heads, n_kv_heads, d_ff, mlp_matrices,
+            vocab_size and tied_embeddings.
+
+    Returns:
+        Parameters, an int.
+    """
+    n_layers, d = shape["n_layers"], shape["d_model"]
+    d_ff = gated_mlp_d_ff(shape["d_ff"], shape["mlp_matrices"])
+    count = transformer_params(n_layers, d, shape["vocab_size"], d_ff, shape["tied_embeddings"])
+    kv_width = shape["n_kv_heads"] * d // shape["n_heads"]
+    return count - n_layers * 2 * d * (d - kv_width)
+
+
 # ------------------------------------------------------------------ the published counts
 
 

@@ -6,7 +6,7 @@ state of ``training_memory`` for a recipe, sharded over the GPUs, and the activa
 ipywidgets panel the notebook shows: a model from ``models.json``, a recipe, the sequence
 length, the batch, activation checkpointing, FlashAttention, the number of GPUs and the GPU
 from ``hardware.json``; every number it shows comes from ``memory_budget`` and lesson 04's
-``transformer_params``.
+``model_params``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import operator
 
 import ipywidgets as widgets
 
-from solutions.backprop import gated_mlp_d_ff, transformer_params
+from solutions.backprop import model_params
 from solutions.memory import activation_bytes_per_layer, training_memory
 
 # Each component of a budget: its label and colour (the colours of the lesson's memory bars).
@@ -179,9 +179,7 @@ def memory_budget_explorer(models: dict[str, dict], accelerators: dict[str, dict
 
     def update(_change: object = None) -> None:
         shape = models[model.value]
-        d_ff = gated_mlp_d_ff(shape["d_ff"], shape["mlp_matrices"])
-        n_params = transformer_params(shape["n_layers"], shape["d_model"], shape["vocab_size"],
-                                      d_ff, shape["tied_embeddings"])
+        n_params = model_params(shape)
         sizes = (n_params, shape["n_layers"], shape["d_model"], shape["n_heads"], recipe.value,
                  seq_len.value, batch.value, checkpointing.value)
         dropout = shape.get("dropout", True)

@@ -19,6 +19,7 @@ from solutions.backprop import (
     choice_step_vs_6nt,
     gated_mlp_d_ff,
     kaplan_forward_flops,
+    model_params,
     per_component_flops,
     predicted_days_70b,
     predicted_step_ratio,
@@ -346,12 +347,15 @@ def gpt2_checkpoint_shapes(model: dict) -> dict[str, tuple[int, ...]]:
 
 
 def llama_checkpoint_shapes(model: dict) -> dict[str, tuple[int, ...]]:
-    """Every tensor of a LLaMA checkpoint, named as in the Hugging Face release."""
+    """Every tensor of a LLaMA checkpoint, named as in the Hugging Face release. Under
+    grouped-query attention k and v project to n_kv_heads heads of d / n_heads each."""
     d, d_ff, vocab_size = model["d_model"], model["d_ff"], model["vocab_size"]
+    kv_width = model["n_kv_heads"] * d // model["n_heads"]
     shapes = {"embed_tokens.weight": (vocab_size, d), "lm_head.weight": (vocab_size, d),
               "norm.weight": (d,)}
     for i in range(model["n_layers"]):
-        shapes |= {f"layers.{i}.self_attn.{p}_proj.weight": (d, d) for p in "qkvo"}
+        shapes |= {f"layers.{i}.self_attn.{p}_proj.weight": (d, d) for p in "qo"}
+        shapes |= {f"layers.{i}.self_attn.{p}_proj.weight": (kv_width, d) for p in "kv"}
         shapes |= {f"layers.{i}.mlp.{p}_proj.weight": (d_ff, d) for p in ("gate", "up")}
         shapes |= {f"layers.{i}.mlp.down_proj.weight": (d, d_ff),
                    f"layers.{i}.input_layernorm.weight": (d,),
@@ -379,6 +383,8 @@ def test_every_model_names_its_source_and_its_shape(name: str) -> None:
     model = MODELS[name]
     assert "Table" in model["source"] and model["reported_params"] > 0
     assert model["d_model"] % model["n_heads"] == 0
+    assert 1 <= model["n_kv_heads"] <= model["n_heads"]
+    assert model["n_heads"] % model["n_kv_heads"] == 0  # each key/value head serves a group
     assert model["mlp_matrices"] in (2, 3) and type(model["tied_embeddings"]) is bool
 
 
@@ -423,6 +429,34 @@ def test_gpt3_175b_from_its_shape_is_within_one_percent_of_175b() -> None:
     assert abs(formula / reported - 1) < 0.01
     untied = transformer_params(96, 12288, 50257, tied_embeddings=False)
     assert abs(untied / reported - 1) < 0.01
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_params_is_the_released_weights_less_the_norms(name: str) -> None:
+    """model_params counts every weight matrix at its real width (grouped-query attention's k
+    and v included): for the models of the LLaMA family it is the released count less the
+    RMSNorm gains, (2L + 1) d; for every model it is within 1% of every parameter there is."""
+    model = MODELS[name]
+    counted = model_params(model)
+    if name.startswith(("LLaMA", "Llama")):
+        assert counted == checkpoint_params(name) - (2 * model["n_layers"] + 1) * model["d_model"]
+    else:  # no grouped-query attention: the formula of lesson 04
+        assert counted == formula_params(name)
+    if "params_in_checkpoint" in model:
+        assert 0.99 < counted / model["params_in_checkpoint"] <= 1
+
+
+def test_lesson_04s_formula_counts_llama_3_70b_13_percent_too_large() -> None:
+    """Lesson 04: 8 key/value heads for 64 query heads make k and v (d, d/8) matrices; the
+    formula, 4 d^2 per block for attention, counts 79.9B against the released 70.6B."""
+    model = MODELS["Llama 3 70B"]
+    released = model["params_in_checkpoint"]
+    assert released == 70_553_706_496 and checkpoint_params("Llama 3 70B") == released
+    assert round(formula_params("Llama 3 70B") / 1e9, 1) == 79.9
+    assert round(released / 1e9, 1) == 70.6
+    assert round(formula_params("Llama 3 70B") / released - 1, 2) == 0.13
+    d = model["d_model"]
+    assert 2 * d * d + 2 * d * (d // 8) == 2.25 * d * d
 
 
 def test_llama2_7b_needs_the_third_mlp_matrix() -> None:
