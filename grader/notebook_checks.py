@@ -23,6 +23,7 @@ _FIELDS = {
     "two_layer_forward_backward": ("loss", "grad_w1", "grad_w2"),
     "quantize_blockwise": ("q", "scales"),
     "loss_scale_update": ("scale", "growth_tracker"),
+    "ring_all_reduce": ("results", "bytes_sent"),
 }
 
 

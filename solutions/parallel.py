@@ -325,3 +325,13 @@ def tensor_parallel_bytes(batch_size: int, seq_len: int, d_model: int, world_siz
                          f"needs a multiple of {t}")
     return 4 * collective_bytes("all_reduce", b * s * d * e, t)
 
+
+# ------------------------------------------------------------------ the lesson's predictions
+
+# Section 3: the bytes one of 4 ranks sends to all-reduce a float32 tensor of 3 * 2**20
+# elements (12 MiB), the sealed answer of the graded prediction.
+predicted_ring_bytes_per_rank = collective_bytes("all_reduce", 4 * 3 * 2**20, 4)
+# Section 6: under ZeroRedundancyOptimizer on 2 ranks, the MLP 64 -> 128 -> 16 -> 4 puts its
+# 8192-element first weight, 78% of the 10,452 parameters, on one rank: more than three quarters.
+choice_zero_largest_rank = "c"
+

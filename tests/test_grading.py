@@ -41,11 +41,19 @@ WRONG_ANSWERS = {
                          "def loss_scale_update(scale, growth_tracker, found_inf,"
                          " growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):"
                          "\n    return scale, growth_tracker"),
+    "07_many_devices": ("pipeline_bubble_fraction",
+                        "def pipeline_bubble_fraction(n_stages, n_microbatches):"
+                        "\n    return (n_stages - 1) / n_microbatches"),
+    "08_inference": ("max_batch_size",
+                     "def max_batch_size(gpu_bytes, n_params, context_len, kv_bytes_per_token,"
+                     " bytes_per_param=2):"
+                     "\n    return int(gpu_bytes // (context_len * kv_bytes_per_token))"),
 }
 # A function whose body can start with a warning; it is called by its test cell.
 NOISY = {"01_float_formats": "decode", "02_tensors_and_strides": "contiguous_strides",
          "03_matmul_flops": "matmul_flops", "04_backprop_flops": "transformer_params",
-         "05_adamw_memory": "training_memory", "06_training_step": "train_step_flops"}
+         "05_adamw_memory": "training_memory", "06_training_step": "train_step_flops",
+         "07_many_devices": "collective_bytes", "08_inference": "kv_cache_bytes"}
 
 
 def test_every_lesson_has_a_wrong_answer() -> None:

@@ -28,7 +28,20 @@ from grader.cases import Case, reference_value
 from grader.lessons import all_lessons, load_lesson
 from grader.probe import Exercise, Raises, judge
 from grader.sandbox import bwrap_path
+from tests.test_inference import (
+    decode_intensity_in_steps,
+    decode_intensity_per_sequence,
+    decode_tokens_per_second_as_min,
+    decode_tokens_per_second_by_roofline,
+)
 from tests.test_memory import TextbookAdamW, dequantize_other_order, quantize_other_order
+from tests.test_parallel import (
+    allreduce_seconds_per_step,
+    bubble_as_one_minus,
+    min_tokens_by_times,
+    ring_by_one_sum,
+    ring_the_other_way,
+)
 from tests.test_training import _loss_scale_in_float64, _loss_scale_with_torch
 
 LESSONS = all_lessons()
@@ -301,6 +314,23 @@ ALTERNATIVES: dict[str, dict[str, list[Callable]]] = {
         # a prediction, graded within 5%: 3% above the answer, and the answer without the
         # causal masks and the token ids (16,384 bytes fewer), written as an int
         "predicted_step_bytes": [8_153_092 * 1.03, 8_136_708],
+    },
+    "07_many_devices": {
+        "ring_all_reduce": [ring_the_other_way, ring_by_one_sum],
+        "allreduce_seconds": [allreduce_seconds_per_step],
+        "min_tokens_to_hide_allreduce": [min_tokens_by_times],
+        "pipeline_bubble_fraction": [bubble_as_one_minus],
+        # a prediction, graded within 5%: 4% below the answer, and 18 MB read as 18e6 bytes
+        # (4.6% below 18 MiB)
+        "predicted_ring_bytes_per_rank": [18_874_368 * 0.96, 18_000_000],
+    },
+    "08_inference": {
+        "decode_intensity": [decode_intensity_per_sequence, decode_intensity_in_steps],
+        "decode_tokens_per_second": [decode_tokens_per_second_as_min,
+                                     decode_tokens_per_second_by_roofline],
+        # a prediction, graded within 5%: 3% above, and the last new token counted too (48
+        # tokens, +2.1%), written as an int
+        "predicted_cache_bytes_after_generation": [385_024 * 1.03, 393_216],
     },
 }
 

@@ -63,6 +63,7 @@ CASES: dict[str, list[Case | str]] = {
         "zero_comm_bytes(70_000_000_000, 1024, 3, bytes_per_param=4)",
         raises("zero_comm_bytes(10, 2, 5)", "ValueError"),
         raises("zero_comm_bytes(10, 0, 1)", "ValueError"),
+        raises("zero_comm_bytes(10.0, 2, 1)", "TypeError"),
     ],
     "allreduce_seconds": [
         Case("allreduce_seconds(1e9, 8, 50e9)", rel_tol=_REL),
@@ -73,6 +74,8 @@ CASES: dict[str, list[Case | str]] = {
         raises("allreduce_seconds(1e9, 8, 0)", "ValueError"),
         raises("allreduce_seconds(1e9, 8, 1e9, -1e-6)", "ValueError"),
         raises("allreduce_seconds(-1.0, 8, 1e9)", "ValueError"),
+        raises("allreduce_seconds(1e9, 8.0, 1e9)", "TypeError"),
+        raises("allreduce_seconds('1e9', 8, 1e9)", "TypeError"),
     ],
     "min_tokens_to_hide_allreduce": [
         Case("min_tokens_to_hide_allreduce(989.4e12, 450e9, 8)", rel_tol=_REL),  # NVLink
@@ -82,6 +85,8 @@ CASES: dict[str, list[Case | str]] = {
         "min_tokens_to_hide_allreduce(989.4e12, 450e9, 1)",  # one rank: nothing to hide
         raises("min_tokens_to_hide_allreduce(989.4e12, 450e9, 0)", "ValueError"),
         raises("min_tokens_to_hide_allreduce(989.4e12, 0, 8)", "ValueError"),
+        raises("min_tokens_to_hide_allreduce(989.4e12, 450e9, 8, bytes_per_grad=2.0)",
+               "TypeError"),
     ],
     "pipeline_bubble_fraction": [
         "pipeline_bubble_fraction(1, 1)",
@@ -101,5 +106,10 @@ CASES: dict[str, list[Case | str]] = {
         "tensor_parallel_bytes(4, 512, 768, 4, 4)",
         raises("tensor_parallel_bytes(1, 16, 10, 4)", "ValueError"),  # 10 columns, 4 ranks
         raises("tensor_parallel_bytes(0, 16, 8, 2)", "ValueError"),
+        raises("tensor_parallel_bytes(1, 16.0, 8, 2)", "TypeError"),
     ],
+    # the graded prediction: within 5%, so 12 MiB (B), 24 MiB (2B) and 36 MiB (2(n-1)B), the
+    # usual wrong answers, all miss
+    "predicted_ring_bytes_per_rank": [Case("float(predicted_ring_bytes_per_rank)",
+                                           rel_tol=0.05)],
 }

@@ -1,0 +1,530 @@
+"""Lesson 07's measurements on several CPU processes: gloo all-reduce times, the optimizer state
+``ZeroRedundancyOptimizer`` leaves on each rank, and a DDP step with and without gradient sync.
+
+A notebook cannot hand its own functions to new processes, so the lesson runs this file with
+``subprocess`` and reads the one JSON object it prints on stdout::
+
+    python distributed_demos.py allreduce --world-size 2 --sizes 4096,1048576 --repeats 10
+    python distributed_demos.py zero --world-size 2 --widths 64,128,16,4
+    python distributed_demos.py ddp --world-size 2 --steps 20 --hidden 128
+
+Each rank is a process running one thread, so the ranks do not fight over the cores. The ranks
+meet through a file in a temporary folder rather than a TCP port, so runs side by side never
+collide (gloo then connects them over sockets on ports the system picks). When a rank fails, the
+others are stopped, the error goes to stderr and the exit status is 1; bad options exit with 2.
+Every rank dies with the script, however the script dies (on Linux).
+
+Backend: with ``--backend auto`` (the default) the ranks use NCCL, one GPU each, when the
+machine has a CUDA GPU for every rank, and gloo on the CPU otherwise (one GPU is not enough:
+NCCL runs one rank per GPU).
+
+On Linux, the all-reduce demo also counts the bytes that cross the loopback interface
+(``/proc/net/dev``) while gloo all-reduces: every rank's traffic to the others goes through it,
+so the count per rank is what the ring sends, plus TCP/IP headers and gloo's own small
+messages, plus whatever else on the machine talks over loopback meanwhile (nothing, in a network
+namespace of its own: ``unshare -rn`` or bubblewrap's ``--unshare-net``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import itertools
+import json
+import math
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+BACKENDS = ("auto", "gloo", "nccl")
+# Forking after `import torch` is how DataLoader starts its workers on Linux, and it spares each
+# rank a second of importing torch again; elsewhere fork is unsafe, and spawn is the default.
+START_METHOD = "fork" if sys.platform == "linux" else "spawn"
+MAX_WORLD_SIZE = 8
+MAX_TENSOR_BYTES = 256 * 2**20  # each rank holds two float32 buffers of this size
+MAX_REPEATS = 1000
+MAX_STEPS = 1000
+MAX_WIDTH = 4096
+WARMUP = 2  # untimed calls before each timing: gloo connects lazily and buffers warm up
+SEED = 0
+LEARNING_RATE = 1e-2
+COLLECTIVE_TIMEOUT = timedelta(seconds=60)  # a rank left waiting for a dead peer gives up
+TRAFFIC_CALLS = 4  # untimed all-reduces of each size whose loopback bytes are counted
+
+Result = dict[str, Any]
+
+
+def _quartiles(seconds: list[float]) -> tuple[float, float, float]:
+    """The first quartile, median and third quartile of some timings (all three equal for one)."""
+    if len(seconds) == 1:
+        return seconds[0], seconds[0], seconds[0]
+    q1, median, q3 = statistics.quantiles(seconds, n=4, method="inclusive")
+    return q1, median, q3
+
+
+def _gather(value: object) -> list[Any] | None:
+    """Every rank's ``value`` as a list on rank 0 (None on the other ranks)."""
+    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(value, gathered, dst=0)
+    return gathered
+
+
+def _mlp(widths: list[int]) -> nn.Sequential:
+    """A float32 multilayer perceptron ``fc1, relu1, fc2, ...`` through ``widths``, the same
+    weights on every rank (seeded)."""
+    torch.manual_seed(SEED)
+    layers: OrderedDict[str, nn.Module] = OrderedDict()
+    for index, (width_in, width_out) in enumerate(itertools.pairwise(widths), start=1):
+        layers[f"fc{index}"] = nn.Linear(width_in, width_out)
+        if index < len(widths) - 1:
+            layers[f"relu{index}"] = nn.ReLU()
+    return nn.Sequential(layers)
+
+
+def _device() -> torch.device:
+    """This rank's device: its own GPU under NCCL, the CPU under gloo."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", dist.get_rank())
+    return torch.device("cpu")
+
+
+def _synchronize() -> None:
+    """Wait for the GPU's queued work (a timing of CUDA work must end with it)."""
+    if dist.get_backend() == "nccl":
+        torch.cuda.synchronize()
+
+
+def loopback_bytes() -> int | None:
+    """Bytes sent over the loopback interface since boot, in this network namespace (Linux's
+    ``/proc/net/dev``); None where there is no such file or no ``lo`` line."""
+    try:
+        lines = Path("/proc/net/dev").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines[2:]:
+        name, _, counters = line.partition(":")
+        if name.strip() == "lo":
+            return int(counters.split()[8])  # receive has 8 columns, then transmit bytes
+    return None
+
+
+def _rank_values(rank: int, n_elements: int) -> torch.Tensor:
+    """Rank ``rank``'s float32 tensor: small integers, so that any sum of a few of them, in any
+    order, is exact (well below 2**24)."""
+    return (torch.arange(n_elements) % 16 + rank).to(torch.float32)
+
+
+def allreduce_rank(rank: int, world_size: int, sizes: list[int], repeats: int) -> Result | None:
+    """Time ``dist.all_reduce`` of a float32 tensor of each size in bytes, and check its sum.
+
+    Each timing starts after a barrier, so it holds the collective alone and not a rank waiting
+    for a late peer's previous work. Under gloo on Linux, ``TRAFFIC_CALLS`` more all-reduces of
+    each size run between two barriers while rank 0 reads the loopback interface's byte count
+    before and after.
+
+    Args:
+        rank, world_size: this rank and the number of ranks.
+        sizes: tensor sizes in bytes, multiples of 4.
+        repeats: timings per size (after ``WARMUP`` untimed calls).
+
+    Returns:
+        On rank 0: ``correct`` (every rank's every result equals the exact sum) and ``results``,
+        per size its bytes and rank 0's quartiles of seconds, with the slowest rank's median,
+        and ``loopback_bytes_per_rank``: the loopback bytes of one all-reduce divided by the
+        ranks (None under NCCL or without ``/proc/net/dev``). None on the other ranks.
+    """
+    device = _device()
+    count_traffic = dist.get_backend() == "gloo" and loopback_bytes() is not None
+    correct = True
+    seconds_per_size, traffic = [], []
+    for size in sizes:
+        n_elements = size // 4
+        values = _rank_values(rank, n_elements).to(device)
+        expected = sum(_rank_values(other, n_elements) for other in range(world_size))
+        buffer = values.clone()
+        dist.all_reduce(buffer)
+        correct = correct and torch.equal(buffer.cpu(), expected)
+        for _ in range(WARMUP):
+            dist.all_reduce(buffer)
+        seconds = []
+        for _ in range(repeats):
+            buffer.copy_(values)
+            dist.barrier()
+            _synchronize()
+            start = time.perf_counter()
+            dist.all_reduce(buffer)
+            _synchronize()
+            seconds.append(time.perf_counter() - start)
+        seconds_per_size.append(seconds)
+        if count_traffic:
+            dist.barrier()
+            before = loopback_bytes() if rank == 0 else 0
+            dist.barrier()
+            for _ in range(TRAFFIC_CALLS):
+                dist.all_reduce(buffer)
+            dist.barrier()
+            after = loopback_bytes() if rank == 0 else 0
+            traffic.append((after - before) / TRAFFIC_CALLS / world_size)
+        else:
+            traffic.append(None)
+    gathered = _gather({"correct": correct, "seconds": seconds_per_size})
+    if gathered is None:
+        return None
+    results = []
+    for index, size in enumerate(sizes):
+        q1, median, q3 = _quartiles(gathered[0]["seconds"][index])
+        slowest = max(_quartiles(ranks["seconds"][index])[1] for ranks in gathered)
+        results.append({"bytes": size, "seconds_median": median, "seconds_q1": q1,
+                        "seconds_q3": q3, "seconds_median_slowest_rank": slowest,
+                        "loopback_bytes_per_rank": traffic[index]})
+    return {"repeats": repeats, "correct": all(ranks["correct"] for ranks in gathered),
+            "results": results}
+
+
+def zero_rank(rank: int, world_size: int, widths: list[int]) -> Result | None:
+    """One AdamW step under ``ZeroRedundancyOptimizer``: which parameters each rank owns and the
+    bytes of optimizer state it holds.
+
+    ``ZeroRedundancyOptimizer`` hands out whole parameter tensors, largest first, each to the
+    rank with the fewest elements so far; it never splits a tensor, so the shards are only
+    roughly equal. Every rank sees the same batch, so the gradients agree without an all-reduce
+    (in training, DDP would average them first).
+
+    Args:
+        rank, world_size: this rank and the number of ranks.
+        widths: the layer widths of the model (see ``_mlp``).
+
+    Returns:
+        On rank 0: the model's parameters (name, shape, elements, owning rank), per rank the
+        elements it owns and its state's bytes (``exp_avg`` and ``exp_avg_sq`` apart from the
+        scalar ``step`` tensors), ``n_params``, ``even_split_elements`` = ceil(n_params / n),
+        and the largest difference between the weights after the step and those after a plain
+        ``torch.optim.AdamW`` step in one process. None on the other ranks.
+    """
+    # Imported here, not at the top: it pulls in FSDP and sympy, a second the other demos skip.
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    model = _mlp(widths)
+    reference = _mlp(widths)
+    optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                        lr=LEARNING_RATE)
+    reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=LEARNING_RATE)
+    generator = torch.Generator().manual_seed(SEED)
+    inputs = torch.randn(8, widths[0], generator=generator)
+    targets = torch.randn(8, widths[-1], generator=generator)
+    for network, step in ((model, optimizer), (reference, reference_optimizer)):
+        nn.functional.mse_loss(network(inputs), targets).backward()
+        step.step()
+    difference = max((ours - theirs).abs().max().item()
+                     for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True))
+    names = {parameter: name for name, parameter in model.named_parameters()}
+    owned = [parameter for group in optimizer.optim.param_groups for parameter in group["params"]]
+    moment_bytes = step_bytes = 0
+    for parameter in owned:
+        for key, state in optimizer.optim.state[parameter].items():
+            if key == "step":
+                step_bytes += state.nbytes
+            else:
+                moment_bytes += state.nbytes
+    gathered = _gather({"rank": rank, "parameter_names": [names[p] for p in owned],
+                        "elements": sum(p.numel() for p in owned), "moment_bytes": moment_bytes,
+                        "step_bytes": step_bytes, "state_bytes": moment_bytes + step_bytes,
+                        "max_abs_difference_from_adamw": difference})
+    if gathered is None:
+        return None
+    owner = {name: ranks["rank"] for ranks in gathered for name in ranks["parameter_names"]}
+    parameters = [{"name": name, "shape": list(parameter.shape), "elements": parameter.numel(),
+                   "rank": owner[name]} for name, parameter in model.named_parameters()]
+    n_params = sum(parameter.numel() for parameter in model.parameters())
+    return {"optimizer": "AdamW", "widths": widths, "n_params": n_params,
+            "even_split_elements": math.ceil(n_params / world_size), "parameters": parameters,
+            "ranks": [{key: value for key, value in ranks.items()
+                       if key != "max_abs_difference_from_adamw"} for ranks in gathered],
+            "max_abs_difference_from_adamw": max(ranks["max_abs_difference_from_adamw"]
+                                                 for ranks in gathered)}
+
+
+def _gradients_agree(model: nn.Module) -> bool | None:
+    """Whether every rank holds the same gradients as rank 0 (on rank 0; None elsewhere)."""
+    flat = torch.cat([parameter.grad.flatten() for parameter in model.parameters()]).cpu()
+    gathered = _gather(flat)
+    return None if gathered is None else all(torch.equal(g, gathered[0]) for g in gathered)
+
+
+def ddp_rank(rank: int, world_size: int, steps: int, hidden: int,
+             batch_size: int) -> Result | None:
+    """Time training steps of an MLP under ``DistributedDataParallel``, with and without the
+    gradient all-reduce (``no_sync``), and check what the all-reduce does.
+
+    A step is zero_grad, forward, backward (where DDP all-reduces the gradients, bucket by
+    bucket, while the backward goes on) and an SGD step. The two kinds of step alternate, each
+    after a barrier. Under ``no_sync`` each rank steps with its own gradients, so the ranks'
+    weights drift apart, which changes the work of neither kind of step.
+
+    Args:
+        rank, world_size: this rank and the number of ranks.
+        steps: timed steps of each kind (after ``WARMUP`` untimed ones).
+        hidden: the model's width: hidden -> 4 hidden -> hidden.
+        batch_size: examples per rank per step (each rank draws its own).
+
+    Returns:
+        On rank 0: the parameters, the gradient bytes all-reduced per step (float32), DDP's
+        bucket cap in bytes, whether the ranks' gradients agree after a backward with sync and
+        without it, and rank 0's quartiles of seconds per step of each kind with the slowest
+        rank's median. None on the other ranks.
+    """
+    device = _device()
+    model = DistributedDataParallel(_mlp([hidden, 4 * hidden, hidden]).to(device))
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    generator = torch.Generator().manual_seed(SEED + 1 + rank)  # each rank its own batch
+    inputs = torch.randn(batch_size, hidden, generator=generator).to(device)
+    targets = torch.randn(batch_size, hidden, generator=generator).to(device)
+
+    def backward() -> None:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(inputs), targets).backward()
+
+    backward()
+    agree_with_sync = _gradients_agree(model)
+    with model.no_sync():
+        backward()
+    agree_without_sync = _gradients_agree(model)
+
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    for index in range(WARMUP + steps):
+        for sync in (True, False):
+            dist.barrier()
+            _synchronize()
+            start = time.perf_counter()
+            if sync:
+                backward()
+            else:
+                with model.no_sync():
+                    backward()
+            optimizer.step()
+            _synchronize()
+            if index >= WARMUP:
+                seconds[sync].append(time.perf_counter() - start)
+    gathered = _gather(seconds)
+    if gathered is None:
+        return None
+    timings = {}
+    for sync, label in ((True, "sync"), (False, "no_sync")):
+        q1, median, q3 = _quartiles(seconds[sync])
+        timings[label] = {"seconds_median": median, "seconds_q1": q1, "seconds_q3": q3,
+                          "seconds_median_slowest_rank": max(_quartiles(ranks[sync])[1]
+                                                             for ranks in gathered)}
+    return {"steps": steps, "hidden": hidden, "batch_size": batch_size,
+            "n_params": sum(parameter.numel() for parameter in model.parameters()),
+            "gradient_bytes": sum(parameter.nbytes for parameter in model.parameters()),
+            "bucket_cap_bytes": model.bucket_bytes_cap,
+            "gradients_agree_with_sync": agree_with_sync,
+            "gradients_agree_without_sync": agree_without_sync, **timings}
+
+
+DEMOS: dict[str, Callable[..., Result | None]] = {
+    "allreduce": allreduce_rank, "zero": zero_rank, "ddp": ddp_rank}
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Have Linux kill this rank outright when the script's process dies, however it dies.
+
+    A notebook's interrupt makes ``subprocess.run`` SIGKILL the script; the SIGINT that torch
+    then sends each rank arrives while ranks wait in different collectives, and they hang there
+    until ``COLLECTIVE_TIMEOUT``. Elsewhere than Linux, torch's SIGINT is all there is.
+    """
+    if sys.platform != "linux":
+        return
+    pr_set_pdeathsig = 1  # from <linux/prctl.h>
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _run_rank(rank: int, command: str, options: dict[str, Any], world_size: int, folder: str,
+              parent_pid: int, backend: str) -> None:
+    """One rank's process: join the group through the file store, run the demo, and on rank 0
+    write the result to ``folder/result.json``."""
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked rank inherits main's handler
+    torch.set_num_threads(1)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{folder}/store", rank=rank,
+                            world_size=world_size, timeout=COLLECTIVE_TIMEOUT)
+    try:
+        result = DEMOS[command](rank, world_size, **options)
+        if result is not None:
+            Path(folder, "result.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+def _stop(processes: list[Any]) -> None:
+    """Terminate the ranks still running, killing any that do not go within 5 seconds."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def choose_backend(requested: str, world_size: int) -> str:
+    """The backend to run: ``requested``, or for "auto" NCCL when there is a CUDA GPU for every
+    rank and gloo otherwise. ValueError for "nccl" without enough GPUs."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "auto":
+        return "nccl" if gpus >= world_size else "gloo"
+    if requested == "nccl" and gpus < world_size:
+        raise ValueError(f"--backend nccl needs a CUDA GPU per rank: {world_size} ranks, "
+                         f"{gpus} GPU(s); use gloo")
+    return requested
+
+
+def launch(command: str, options: dict[str, Any], world_size: int,
+           backend: str = "gloo") -> Result:
+    """Run demo ``command`` on ``world_size`` ranks and return rank 0's result.
+
+    Raises:
+        torch.multiprocessing.ProcessRaisedException: a rank raised (the others are stopped).
+        torch.multiprocessing.ProcessExitedException: a rank died (the others are stopped).
+    """
+    with tempfile.TemporaryDirectory(prefix="distributed_demos_") as folder:
+        context = mp.start_processes(
+            _run_rank, args=(command, options, world_size, folder, os.getpid(), backend),
+            nprocs=world_size, join=False, start_method=START_METHOD)
+        try:
+            while not context.join():
+                pass
+        finally:
+            _stop(context.processes)
+        return json.loads(Path(folder, "result.json").read_text())
+
+
+def _integers(option: str, text: str, minimum: int, maximum: int, at_least: int = 1) -> list[int]:
+    """The comma-separated integers of ``text``, each in [minimum, maximum], at least
+    ``at_least`` of them; ValueError naming ``option`` otherwise."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if len(items) < at_least:
+        raise ValueError(f"{option} needs at least {at_least} comma-separated integer(s), "
+                         f"got {text!r}")
+    try:
+        values = [int(item) for item in items]
+    except ValueError:
+        raise ValueError(f"{option} must be comma-separated integers, got {text!r}") from None
+    for value in values:
+        _check_range(option, value, minimum, maximum)
+    return values
+
+
+def _check_range(option: str, value: int, minimum: int, maximum: int) -> int:
+    """``value`` if it lies in [minimum, maximum]; ValueError naming ``option`` otherwise."""
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{option} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The demo's keyword arguments from the parsed command line, checked (ValueError)."""
+    if args.command == "allreduce":
+        sizes = _integers("--sizes", args.sizes, 4, MAX_TENSOR_BYTES)
+        for size in sizes:
+            if size % 4:
+                raise ValueError(f"--sizes are bytes of float32 tensors, so multiples of 4; "
+                                 f"got {size}")
+        return {"sizes": sizes,
+                "repeats": _check_range("--repeats", args.repeats, 1, MAX_REPEATS)}
+    if args.command == "zero":
+        widths = _integers("--widths", args.widths, 1, MAX_WIDTH, at_least=2)
+        n_tensors = 2 * (len(widths) - 1)
+        if n_tensors < args.world_size:
+            raise ValueError(f"--widths {args.widths} gives {n_tensors} parameter tensors, "
+                             f"fewer than the {args.world_size} ranks: "
+                             "ZeroRedundancyOptimizer needs one on every rank")
+        return {"widths": widths}
+    return {"steps": _check_range("--steps", args.steps, 1, MAX_STEPS),
+            "hidden": _check_range("--hidden", args.hidden, 1, MAX_WIDTH),
+            "batch_size": _check_range("--batch-size", args.batch_size, 1, MAX_WIDTH)}
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per demo."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    allreduce = commands.add_parser("allreduce", help="time gloo all-reduces of several sizes")
+    allreduce.add_argument("--sizes", default="4096,65536,1048576,16777216",
+                           help="tensor sizes in bytes, comma-separated (multiples of 4)")
+    allreduce.add_argument("--repeats", type=int, default=10, help="timings per size")
+    zero = commands.add_parser("zero", help="ZeroRedundancyOptimizer's AdamW state per rank")
+    zero.add_argument("--widths", default="64,128,16,4",
+                      help="the model's layer widths, comma-separated")
+    ddp = commands.add_parser("ddp", help="DDP steps with and without gradient sync")
+    ddp.add_argument("--steps", type=int, default=20, help="timed steps of each kind")
+    ddp.add_argument("--hidden", type=int, default=128, help="model width")
+    ddp.add_argument("--batch-size", type=int, default=32, help="examples per rank per step")
+    for command in (allreduce, zero, ddp):
+        command.add_argument("--world-size", type=int, default=2,
+                             help=f"number of processes (1 to {MAX_WORLD_SIZE})")
+        command.add_argument("--backend", choices=BACKENDS, default="auto",
+                             help="auto: NCCL with a GPU per rank, else gloo on the CPU")
+    return parser
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """Turn SIGTERM into SystemExit, so that ``launch`` stops the ranks on the way out."""
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, run the demo and print its result as one JSON object.
+
+    Returns:
+        0 on success, 1 when a rank failed; bad options exit with 2 through argparse.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        _check_range("--world-size", args.world_size, 1, MAX_WORLD_SIZE)
+        options = _options(args)
+        # ZeroRedundancyOptimizer's demo counts CPU tensors' bytes: it always runs on gloo.
+        backend = "gloo" if args.command == "zero" else choose_backend(args.backend,
+                                                                       args.world_size)
+    except ValueError as error:
+        parser.error(str(error))
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    start = time.perf_counter()
+    try:
+        result = launch(args.command, options, args.world_size, backend)
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
+        print(f"{Path(__file__).name} {args.command}: rank {error.error_index} of "
+              f"{args.world_size} failed, the other ranks were stopped: {error}",
+              file=sys.stderr)
+        return 1
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    header = {"command": args.command, "world_size": args.world_size, "backend": backend,
+              "cuda_gpus": gpus, "cpu_count": os.cpu_count(),
+              "torch_version": torch.__version__, "start_method": START_METHOD,
+              "threads_per_rank": 1, "seconds_total": time.perf_counter() - start}
+    print(json.dumps({**header, **result}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Lesson 07's measurements and given code: distributed_demos.py on real processes (gloo's
+all-reduce against the exact sum and against the bytes the ring must send, counted on a private
+loopback interface; ZeroRedundancyOptimizer's partition and state against the greedy rule and
+zero_bytes_per_device; DDP's gradients with and without sync; no rank left behind), and
+solutions/parallel_demos.py (the alpha-beta fit, the ring's and the pipeline's schedules)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grader.lessons import load_lesson
+from grader.sandbox import bwrap_path
+from solutions.parallel import collective_bytes, zero_bytes_per_device
+from solutions.parallel_demos import (
+    fit_alpha_beta,
+    idle_share,
+    largest_fitting,
+    pipeline_schedule,
+    ring_contributions,
+    ring_schedule,
+    run_demo,
+)
+from tests.test_parallel import simulated_pipeline
+
+LESSON = load_lesson("07_many_devices")
+SCRIPT = LESSON.folder / "distributed_demos.py"
+
+
+def demo(*args: str, private_network: bool = False, timeout: float = 120) -> dict:
+    """Run the script and return its JSON; in a network namespace of its own when asked (then
+    the loopback interface carries the ranks' traffic and nothing else)."""
+    command = [sys.executable, str(SCRIPT), *args]
+    if private_network:
+        if bwrap_path() is None:
+            pytest.skip("needs bubblewrap for a private network namespace")
+        command = [bwrap_path(), "--dev-bind", "/", "/", "--unshare-net", "--", *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_gloo_sums_exactly_and_sends_what_the_ring_counts(world_size: int) -> None:
+    """Every rank's result equals the exact sum, and the loopback bytes per rank are the
+    ring's 2 (n-1)/n B plus under 1% of headers and gloo's own messages (12 MiB tensors)."""
+    size = 12 * 2**20
+    small = 12 * 1024  # splits into 2, 3 and 4 equal shards of whole float32 values
+    result = demo("allreduce", "--world-size", str(world_size), "--sizes", f"{small},{size}",
+                  "--repeats", "2", "--backend", "gloo", private_network=True)
+    assert result["correct"] and result["backend"] == "gloo"
+    measured = result["results"][1]["loopback_bytes_per_rank"]
+    expected = collective_bytes("all_reduce", size, world_size)
+    assert expected <= measured < 1.01 * expected
+    # a 12 KiB tensor: the same headers and messages are a large part of what crosses the wire
+    assert result["results"][0]["loopback_bytes_per_rank"] > 1.05 * collective_bytes(
+        "all_reduce", small, world_size)
+
+
+def test_zero_redundancy_optimizer_gives_whole_tensors_largest_first() -> None:
+    """Its partition is the greedy one (largest tensor to the rank with fewest elements), its
+    AdamW state is 8 bytes per owned element plus one 4-byte step per tensor, and together the
+    ranks hold what zero_bytes_per_device says one rank would hold alone."""
+    widths = [64, 128, 16, 4]
+    result = demo("zero", "--world-size", "2", "--widths", ",".join(map(str, widths)))
+    parameters = result["parameters"]
+    loads = [0, 0]
+    for parameter in sorted(parameters, key=lambda p: -p["elements"]):  # stable, as torch's
+        rank = loads.index(min(loads))
+        assert parameter["rank"] == rank, parameter
+        loads[rank] += parameter["elements"]
+    n_params = result["n_params"]
+    assert n_params == sum(p["elements"] for p in parameters) == 10_452
+    for rank in result["ranks"]:
+        owned = [p for p in parameters if p["rank"] == rank["rank"]]
+        assert rank["moment_bytes"] == 8 * sum(p["elements"] for p in owned)
+        assert rank["step_bytes"] == 4 * len(owned)
+    assert sum(r["moment_bytes"] for r in result["ranks"]) == zero_bytes_per_device(
+        n_params, 1, 1, 0, 0, 8)
+    # the lesson's choice: one rank holds more than three quarters of the state
+    assert max(r["moment_bytes"] for r in result["ranks"]) / (8 * n_params) > 0.75
+    assert result["max_abs_difference_from_adamw"] == 0.0
+
+
+def test_ddp_synchronises_gradients_only_outside_no_sync() -> None:
+    result = demo("ddp", "--world-size", "2", "--steps", "2", "--hidden", "16")
+    assert result["gradients_agree_with_sync"] is True
+    assert result["gradients_agree_without_sync"] is False
+    assert result["gradient_bytes"] == 4 * result["n_params"] == 4 * (16 * 64 + 64 + 64 * 16 + 16)
+    assert result["sync"]["seconds_median"] > 0 and result["no_sync"]["seconds_median"] > 0
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["allreduce", "--sizes", "6"], "multiples of 4"),
+    (["allreduce", "--world-size", "9"], "--world-size must be between 1 and 8"),
+    (["allreduce", "--sizes", "a,b"], "comma-separated integers"),
+    (["zero", "--world-size", "4", "--widths", "8,4"], "fewer than the 4 ranks"),
+    (["ddp", "--steps", "0"], "--steps must be between 1 and 1000"),
+    (["allreduce", "--backend", "nccl", "--world-size", "2"], "needs a CUDA GPU per rank"),
+])
+def test_bad_options_exit_2_and_say_what_is_wrong(args: list[str], words: str) -> None:
+    if "nccl" in args and _gpus() >= 2:
+        pytest.skip("this machine has the GPUs that NCCL needs")
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (Linux's /proc)."""
+    found, frontier = set(), [pid]
+    while frontier:
+        parent = frontier.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            children = (task / "children").read_text().split() if (task / "children").exists() \
+                else []
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    frontier.append(child)
+    return found
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ranks die with the script on Linux only")
+def test_killing_the_script_leaves_no_rank_behind() -> None:
+    """A notebook's interrupt or timeout kills the script with SIGKILL, which it cannot catch:
+    its ranks must die with it all the same."""
+    process = subprocess.Popen([sys.executable, str(SCRIPT), "ddp", "--world-size", "2",
+                                "--steps", "1000", "--hidden", "256"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    ranks: set[int] = set()
+    while len(ranks) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        ranks = _children(process.pid)
+    assert len(ranks) >= 2, "the ranks did not start"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists()
+                                              and _state(pid) != "Z" for pid in ranks):
+        time.sleep(0.1)
+    assert [pid for pid in ranks if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"] == []
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_run_demo_returns_the_scripts_result_and_names_a_failure(tmp_path: Path) -> None:
+    result = run_demo("allreduce", 2, {"sizes": [4096, 8192], "repeats": 1, "backend": "gloo"},
+                      script=SCRIPT)
+    assert [r["bytes"] for r in result["results"]] == [4096, 8192] and result["correct"]
+    with pytest.raises(RuntimeError, match=r"distributed_demos.py allreduce failed \(exit 2\)"):
+        run_demo("allreduce", 2, {"sizes": [6]}, script=SCRIPT)
+    missing = tmp_path / "distributed_demos.py"
+    with pytest.raises(RuntimeError, match="failed"):
+        run_demo("allreduce", 2, script=missing)
+
+
+# ---------------------------------------------------------------- the given helpers
+
+
+@given(st.floats(1e-6, 1e-3), st.floats(1e8, 1e11), st.integers(2, 8))
+def test_the_fit_recovers_alpha_and_beta_from_times_of_the_model(alpha, beta, n) -> None:
+    sizes = [4096 * 4**k for k in range(8)]
+    seconds = [2 * (n - 1) * alpha + 2 * (n - 1) / n * size / beta for size in sizes]
+    fitted_alpha, fitted_beta = fit_alpha_beta(sizes, seconds, n)
+    # an exact line through eight points: only the rounding of the sums is left
+    assert math.isclose(fitted_alpha, alpha, rel_tol=1e-6)
+    assert math.isclose(fitted_beta, beta, rel_tol=1e-6)
+
+
+def test_the_fit_takes_a_negative_intercept_as_no_latency() -> None:
+    sizes = [1e5, 1e6, 1e7]
+    # a line with a negative intercept: 1 GB/s less 10 us
+    alpha, beta = fit_alpha_beta(sizes, [size / 1e9 - 1e-5 for size in sizes], 2)
+    assert alpha == 0.0 and 1e9 < beta < 1.1e9
+    with pytest.raises(ValueError, match="at least two different sizes"):
+        fit_alpha_beta([1e3, 1e3], [1e-3, 2e-3], 2)
+    with pytest.raises(ValueError, match="at least 2 ranks"):
+        fit_alpha_beta([1e3, 1e6], [1e-3, 2e-3], 1)
+
+
+@given(st.integers(1, 12))
+def test_the_ring_schedule_sends_one_chunk_per_rank_per_step_and_ends_complete(n) -> None:
+    steps = ring_schedule(n)
+    assert len(steps) == 2 * (n - 1)
+    for sends in steps:
+        assert sorted(s for s, _, _ in sends) == list(range(n))  # every rank sends once
+        assert all(r == (s + 1) % n for s, r, _ in sends)  # to its neighbour
+    counts = ring_contributions(n)
+    assert counts[0] == [[1] * n for _ in range(n)]
+    assert counts[-1] == [[n] * n for _ in range(n)]
+    # after the reduce-scatter each rank holds one complete chunk, (r + 1) % n
+    assert all(counts[n - 1][r][(r + 1) % n] == n for r in range(n))
+
+
+@given(st.integers(1, 8), st.integers(1, 12), st.sampled_from(["gpipe", "1f1b"]))
+def test_the_pictured_schedule_idles_as_the_independent_simulation(p, m, schedule) -> None:
+    tasks = pipeline_schedule(p, m, schedule)
+    assert len(tasks) == 2 * p * m
+    share = idle_share(tasks, p)
+    assert math.isclose(share, float(simulated_pipeline(p, m, schedule, 2)), abs_tol=1e-12)
+    assert math.isclose(share, float(Fraction(p - 1, m + p - 1)), abs_tol=1e-12)
+    end = {(stage, kind, i): e for stage, kind, i, _, e in tasks}
+    for stage, kind, i, start, _ in tasks:  # nothing starts before its input exists
+        if kind == "F" and stage:
+            assert start >= end[(stage - 1, "F", i)]
+        if kind == "B":
+            assert start >= end[(stage + 1, "B", i)] if stage < p - 1 else \
+                start >= end[(stage, "F", i)]
+    if schedule == "1f1b":  # at most p micro-batches between forward and backward on stage 0
+        in_flight = max(sum(1 for s, k, i, st_, _ in tasks if s == 0 and k == "F" and st_ <= t)
+                        - sum(1 for s, k, i, _, e in tasks if s == 0 and k == "B" and e <= t)
+                        for t in range(max(e for *_, e in tasks)))
+        assert in_flight <= p
+
+
+@given(st.integers(0, 10**15), st.integers(1, 64))
+def test_largest_fitting_is_the_last_n_that_fits(budget, per_item) -> None:
+    def bytes_of(n: int) -> int:
+        return n * per_item + 7
+
+    largest = largest_fitting(bytes_of, budget)
+    if bytes_of(1) > budget:
+        assert largest == 0
+    else:
+        assert bytes_of(largest) <= budget < bytes_of(largest + 1)

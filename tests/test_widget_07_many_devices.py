@@ -1,0 +1,94 @@
+"""Lesson 07's explorer in a real browser: the instructor version runs in JupyterLab in headless
+Chromium, controls are moved as a person would move them (a click on a ZeRO stage and on a
+checkbox, the arrow key on a slider), and what the panel shows becomes the reference's
+``parallel_plan``. Reuses tests/test_browser.py's helpers; the screenshot goes to
+build/screenshots/."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from grader.lessons import load_lesson
+from solutions.parallel_explorer import parallel_plan
+from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
+              pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
+                                 "(make test installs it where it can)")]
+
+LESSON = load_lesson("07_many_devices")
+MODELS = json.loads((LESSON.folder / "models.json").read_text())["models"]
+H100 = json.loads((LESSON.folder / "hardware.json").read_text())["accelerators"]["H100 SXM"]
+NODE = json.loads((LESSON.folder / "interconnects.json").read_text())["H100 SXM node"]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, browser):
+    """A lab server over the instructor version of lesson 07."""
+    with lab_over(tmp_path_factory.mktemp("widget-07"), {"instructor": LESSON.folder}) as (
+            base, token):
+        yield base, token, browser
+
+
+def reference(**changes) -> dict:
+    """``parallel_plan`` for the explorer's first settings (Llama 3 70B, 32 copies with ZeRO-1,
+    tensor 8, pipeline 4, 16 micro-batches of one sequence of 8192, 40% MFU) changed."""
+    settings = {"dp": 32, "tp": 8, "pp": 4, "zero_stage": 1, "microbatches": 16,
+                "micro_batch_size": 1, "seq_len": 8192, "mfu": 0.4, "checkpointing": False,
+                **changes}
+    return parallel_plan(MODELS["Llama 3 70B"], **settings, peak_flops=H100["peak_flops"]["bf16"],
+                         gpu_bytes=H100["memory_bytes"], node=NODE)
+
+
+def shown_total(page) -> int:
+    return int(page.locator(".ctc-plan [data-part='total'] [data-bytes]").get_attribute(
+        "data-bytes"))
+
+
+def wait_for(page, expected: int, timeout: float = 30) -> int:
+    deadline = time.monotonic() + timeout
+    while shown_total(page) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return shown_total(page)
+
+
+def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
+    base, token, browser = lab
+    page = run_all(browser, base, token, "instructor", "widget-07",
+                   notebook=LESSON.notebook.name)
+    assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
+    panel = page.locator(".ctc-plan")
+    panel.wait_for(timeout=60_000)
+    panel.scroll_into_view_if_needed()
+
+    first = reference()
+    assert shown_total(page) == first["memory_total"]
+    assert page.locator(".ctc-plan [data-fits]").get_attribute("data-fits") == "true"
+    assert page.locator(".ctc-plan [data-gpus]").get_attribute("data-gpus") == "1024"
+
+    page.locator(".ctc-zero button", has_text="3").click()  # a click, as a person
+    stage_3 = reference(zero_stage=3)
+    assert stage_3["memory_total"] < first["memory_total"]
+    assert wait_for(page, stage_3["memory_total"]) == stage_3["memory_total"]
+
+    handle = page.locator(".ctc-pp .noUi-handle")  # the slider's knob: arrows step it
+    handle.focus()
+    for _ in range(2):
+        handle.press("ArrowLeft")  # 4 -> 2 -> 1 stage
+    one_stage = reference(zero_stage=3, pp=1)
+    assert wait_for(page, one_stage["memory_total"]) == one_stage["memory_total"]
+    assert one_stage["memory_total"] > stage_3["memory_total"]  # 80 layers' activations, not 20
+
+    page.locator(".ctc-checkpointing input[type='checkbox']").click()
+    checkpointed = reference(zero_stage=3, pp=1, checkpointing=True)
+    assert wait_for(page, checkpointed["memory_total"]) == checkpointed["memory_total"]
+    assert checkpointed["memory_total"] < one_stage["memory_total"]
+    assert page.locator(".ctc-plan [data-fits]").get_attribute("data-fits") == str(
+        checkpointed["fits"]).lower()
+    step = float(page.locator(".ctc-plan [data-step]").get_attribute("data-step"))
+    assert step == checkpointed["step_seconds"]
+    whole = page.locator(".jp-OutputArea-output").filter(has=page.locator(".ctc-plan"))
+    whole.screenshot(path=str(SCREENSHOTS / "widget-07-parallel-plan.png"))
