@@ -511,10 +511,12 @@ def test_every_hidden_check_holds_on_the_reference() -> None:
     namespace = dict(vars(inference))
     graded = {"kv_cache_bytes", "generate_flops", "decode_intensity", "max_batch_size",
               "decode_tokens_per_second"}
-    assert set(CASES) == graded
+    # the graded prediction's one case (the notebook's hidden check) may sit beside them
+    assert set(CASES) - {"predicted_cache_bytes_after_generation"} == graded
     for name, cases in CASES.items():
         cases = [as_case(c) for c in cases]
-        assert sum(c.raises is not None for c in cases) >= 1, name  # bad input is checked
+        if name in graded:
+            assert sum(c.raises is not None for c in cases) >= 1, name  # bad input is checked
         for case in cases:
             if case.raises:
                 reference_raises(case, namespace)
@@ -528,7 +530,7 @@ def test_every_hidden_check_holds_on_the_reference() -> None:
     assert value["kv_cache_bytes(80, 64, 128, 8192, 1)"] == 8 * value[
         "kv_cache_bytes(80, 8, 128, 8192, 1)"]
     predicted = inference.predicted_cache_bytes_after_generation
-    assert value["kv_cache_bytes(2, 4, 16, 47, 8, 4)"] == predicted
+    assert value["kv_cache_bytes(2, 4, 16, 47, 8, bytes_per_element=4)"] == predicted
     assert value["kv_cache_bytes(1, 1, 1, 0, 3)"] == 0
     assert value["generate_flops(1, 8, 11, 5, 1)"]["decode"] == 0
     assert value["decode_intensity(7e9, 1, 0, 524288)"] == 1.0
@@ -536,3 +538,61 @@ def test_every_hidden_check_holds_on_the_reference() -> None:
     assert value["max_batch_size(1000, 100, 10, 9, bytes_per_param=1)"] == 10
     assert value["max_batch_size(1000, 100, 10, 9, bytes_per_param=1.5)"] == 9
     assert value[f"max_batch_size(15e9, {6_738_415_616}, 4096, {524_288})"] == 0
+
+
+def test_the_numbers_the_lessons_text_states() -> None:
+    """notebooks/08_inference: every number its prose states, from the lesson's functions."""
+    llama2, llama3 = model_by_name("LLaMA 2 7B"), model_by_name("Llama 3 70B")
+    from solutions.backprop import model_params
+
+    n7, n70 = model_params(llama2), model_params(llama3)
+    peak, bandwidth = H100["peak_flops"]["bf16"], H100["memory_bandwidth"]
+    ridge = ridge_point(peak, bandwidth)
+    # section 2: 2 GiB per sequence; the bf16 weights weigh as much as 6.3 whole contexts
+    whole = kv_bytes_per_token(llama2) * llama2["context_length"]
+    assert whole == 2 * 2**30 and round(2 * n7 / whole, 1) == 6.3
+    # section 3: without the cache, 22 x (the lesson's generation) and 184 x (Llama 2 7B)
+    lesson = [generate_flops(2, 64, 256, 16, 32, kv_cache=c)["total"] for c in (True, False)]
+    d_ff = gated_mlp_d_ff(llama2["d_ff"], llama2["mlp_matrices"])
+    big = [generate_flops(32, 4096, 32000, 1000, 200, d_ff, c)["total"] for c in (True, False)]
+    assert round(lesson[1] / lesson[0]) == 22 and round(big[1] / big[0]) == 184
+    # section 5: a step's weights 229,376 FLOPs per sequence, attention 33,280 at 64, 2.1M at
+    # 4096; FLOPs almost 9 x, bytes 32 x; caches 33.6 MB, 64 x the 0.5 MB of weights
+    step = {c: generate_flops(2, 64, 256, c, 2)["decode"] for c in (64, 4096)}
+    assert step[64] - 2 * 4 * 65 * 64 == step[4096] - 2 * 4 * 4097 * 64 == 229_376
+    assert 2 * 4 * 65 * 64 == 33_280 and round(2 * 4 * 4097 * 64 / 1e6, 1) == 2.1
+    assert round(step[4096] / step[64], 1) == 8.9
+    weights = 4 * sum(p.numel() for p in tiny(2, 64, 4, 256).parameters())
+    caches = {c: kv_cache_bytes(2, 4, 16, c + 1, 8, 4) for c in (64, 4096)}
+    assert round(weights / 1e6, 1) == 0.5 and round(caches[4096] / 1e6, 1) == 33.6
+    assert round(caches[4096] / weights) == 64
+    assert round((weights + caches[4096]) / (weights + caches[64])) == 32
+    # section 6: ridge about 300 (295), one sequence uses a third of a percent; the intensity
+    # of Llama 2 7B at 4096 tokens levels off at 2N / (c k), about 6.3
+    assert round(ridge) == 295 and round(100 / ridge, 2) == 0.34
+    assert round(2 * n7 / (4096 * kv_bytes_per_token(llama2)), 1) == 6.3
+    # section 7: Llama 3 70B, 141 GB of bf16 weights; 185 vs 23 sequences on 8 H100s, 3 vs 0 on
+    # one with fp8 weights; generate_flops' d x d k and v: 18.8 GFLOPs per token too many, 13%
+    kv70, kv70_mha = kv_bytes_per_token(llama3), kv_cache_bytes(80, 64, 128, 1, 1)
+    assert round(2 * n70 / 1e9) == 141
+    assert [max_batch_size(8 * 80e9, n70, 8192, k) for k in (kv70, kv70_mha)] == [185, 23]
+    assert [max_batch_size(80e9, n70, 8192, k, 1) for k in (kv70, kv70_mha)] == [3, 0]
+    d = llama3["d_model"]
+    extra = llama3["n_layers"] * 2 * 2 * d * (d - d // 8)
+    assert round(extra / 1e9, 1) == 18.8 and round(100 * extra / (2 * n70)) == 13
+    assert kv70_mha == 8 * kv70  # the level of the intensity: 8 x higher with the same N
+    # section 8: about 250 tokens/s for one sequence (13.5 GB of weights); 30 sequences at 128
+    # tokens 26 x that; at 4096 a fifth of that; the compute bound 73,000
+    one = decode_tokens_per_second(n7, 1, 128, kv_bytes_per_token(llama2), peak, bandwidth)
+    thirty = {c: decode_tokens_per_second(n7, 30, c, kv_bytes_per_token(llama2), peak,
+                                          bandwidth) for c in (128, 4096)}
+    assert round(one, -1) == 250 and round(2 * n7 / 1e9, 1) == 13.5
+    assert round(thirty[128] / one) == 26 and round(thirty[4096] / thirty[128], 1) == 0.2
+    assert round(peak / (2 * n7), -3) == 73_000
+    assert math.isclose(decode_tokens_per_second(7e9, 1, 0, 524288, 989.4e12, 3.35e12),
+                        3.35e12 / 14e9, rel_tol=1e-12)
+    # the measured model of section 8: 29M parameters, 115 MB in float32
+    with torch.device("meta"):
+        measured = TinyTransformer(256, 768, 4, 12)
+    n_measured = sum(p.numel() for p in measured.parameters())
+    assert round(n_measured / 1e6) == 29 and round(4 * n_measured / 1e6) == 115

@@ -1,0 +1,142 @@
+"""Lesson 08's serving explorer: its numbers are the lesson's functions' (and the roofline's),
+and the panel shows them as its controls move (without a browser;
+tests/test_widget_08_inference.py drives it in JupyterLab)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solutions.backprop import model_params
+from solutions.flops import ridge_point
+from solutions.inference import (
+    decode_intensity,
+    decode_tokens_per_second,
+    kv_cache_bytes,
+    max_batch_size,
+)
+from solutions.inference_explorer import (
+    CACHE_BYTES,
+    WEIGHT_BYTES,
+    _gb,
+    plan_html,
+    serving_explorer,
+    serving_plan,
+)
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+MODELS = json.loads((DATA / "models.json").read_text())["models"]
+ACCELERATORS = json.loads((DATA / "hardware.json").read_text())["accelerators"]
+
+
+@settings(max_examples=60)
+@given(st.sampled_from(sorted(MODELS)), st.sampled_from(sorted(ACCELERATORS)),
+       st.sampled_from([1, 2, 4, 8]), st.integers(1, 2048), st.integers(1, 2**17),
+       st.sampled_from(sorted(WEIGHT_BYTES)), st.sampled_from(sorted(CACHE_BYTES)))
+def test_every_number_of_a_plan_is_the_lessons_functions(model, gpu, n_gpus, batch, context,
+                                                         weights, cache) -> None:
+    shape, spec = MODELS[model], ACCELERATORS[gpu]
+    plan = serving_plan(shape, spec, n_gpus, batch, context, weights, cache)
+    n = model_params(shape)
+    per_param, element = WEIGHT_BYTES[weights], CACHE_BYTES[cache]
+    head_dim = shape["d_model"] // shape["n_heads"]
+    k = kv_cache_bytes(shape["n_layers"], shape["n_kv_heads"], head_dim, 1, 1, element)
+    compute = "fp8" if weights == "fp8" and "fp8" in spec["peak_flops"] else "bf16"
+    peak, bandwidth = n_gpus * spec["peak_flops"][compute], n_gpus * spec["memory_bandwidth"]
+    memory = n_gpus * spec["memory_bytes"]
+    assert plan["n_params"] == n and plan["kv_bytes_per_token"] == k
+    assert plan["weights"] == n * per_param
+    assert plan["cache"] == kv_cache_bytes(shape["n_layers"], shape["n_kv_heads"], head_dim,
+                                           context, batch, element) == batch * context * k
+    assert plan["memory"] == memory and plan["fits"] == (n * per_param + batch * context * k
+                                                          <= memory)
+    if n * per_param > memory:
+        assert plan["max_batch"] is None
+    else:
+        assert plan["max_batch"] == max_batch_size(memory, n, context, k, per_param)
+        # the largest batch fits and one more does not (the bar's verdict agrees)
+        largest = serving_plan(shape, spec, n_gpus, max(plan["max_batch"], 1), context,
+                               weights, cache)
+        assert largest["fits"] == (plan["max_batch"] >= 1)
+        assert not serving_plan(shape, spec, n_gpus, plan["max_batch"] + 1, context, weights,
+                                cache)["fits"]
+    assert plan["intensity"] == decode_intensity(n, batch, context, k, per_param)
+    assert plan["ridge"] == ridge_point(peak, bandwidth)
+    assert plan["tokens_per_second"] == decode_tokens_per_second(n, batch, context, k, peak,
+                                                                 bandwidth, per_param)
+    # memory-bound exactly when the step's bytes take longer than its FLOPs (lesson 03)
+    memory_seconds = (n * per_param + batch * context * k) / bandwidth
+    compute_seconds = 2 * n * batch / peak
+    if not math.isclose(compute_seconds, memory_seconds, rel_tol=1e-9):
+        assert (plan["bound"] == "compute") == (compute_seconds > memory_seconds)
+
+
+def test_the_lessons_things_to_try() -> None:
+    """The numbers the lesson's 'Things to try' and section 7 state."""
+    h100 = ACCELERATORS["H100 SXM"]
+    llama2, llama3 = MODELS["LLaMA 2 7B"], MODELS["Llama 3 70B"]
+    assert serving_plan(llama2, h100, 1, 30, 4096)["fits"]
+    assert not serving_plan(llama2, h100, 1, 31, 4096)["fits"]
+    assert serving_plan(llama2, h100, 1, 1, 4096)["max_batch"] == 30
+    assert serving_plan(llama2, h100, 1, 1, 4096, cache_dtype="fp8")["max_batch"] == 61
+    # at a context of 128 no batch makes LLaMA 2 7B compute-bound: 2N / (c k) is about 200
+    n7 = model_params(llama2)
+    assert round(2 * n7 / (128 * 524_288)) == 201
+    assert serving_plan(llama2, h100, 1, 1024, 128)["bound"] == "memory"
+    assert round(ridge_point(h100["peak_flops"]["bf16"], h100["memory_bandwidth"])) == 295
+    assert serving_plan(llama3, h100, 1, 1, 8192)["max_batch"] is None
+    assert serving_plan(llama3, h100, 1, 1, 8192, "fp8")["max_batch"] == 3
+    assert serving_plan(llama3, h100, 8, 256, 128)["bound"] == "memory"
+    assert serving_plan(llama3, h100, 8, 512, 128)["bound"] == "compute"
+    assert serving_plan(llama3, h100, 8, 512, 128)["fits"]
+
+
+def shown(panel) -> dict[str, str]:
+    """The panel's data-value of each row, by row."""
+    html = panel.children[-1].value
+    return dict(re.findall(r'data-part="(\w+)"><td>.*?</td><td [^>]*data-value="([^"]*)"', html))
+
+
+def test_the_panel_shows_the_plan_of_its_controls() -> None:
+    panel = serving_explorer(MODELS, ACCELERATORS)
+    controls = {c._dom_classes[0].removeprefix("ctc-"): c for c in panel.children
+                if getattr(c, "_dom_classes", ())}
+    assert set(controls) == {"model", "gpu", "gpus", "batch", "context", "weights", "cache"}
+    h100 = ACCELERATORS["H100 SXM"]
+    plan = serving_plan(MODELS["LLaMA 2 7B"], h100, 1, 1, 4096)
+    values = shown(panel)
+    assert int(values["weights"]) == plan["weights"] and int(values["cache"]) == plan["cache"]
+    assert int(values["max_batch"]) == 30
+    assert float(values["tokens_per_second"]) == plan["tokens_per_second"]
+    controls["batch"].value = 64
+    plan = serving_plan(MODELS["LLaMA 2 7B"], h100, 1, 64, 4096)
+    values = shown(panel)
+    assert int(values["cache"]) == plan["cache"] and not plan["fits"]
+    assert 'data-fits="false"' in panel.children[-1].value
+    controls["model"].value = "Llama 3 70B"
+    assert shown(panel)["max_batch"] == "None"
+    assert "the weights alone do not fit" in panel.children[-1].value
+    controls["gpus"].value = 8
+    plan = serving_plan(MODELS["Llama 3 70B"], h100, 8, 64, 4096)
+    assert float(shown(panel)["intensity"]) == plan["intensity"]
+    assert f'data-bound="{plan["bound"]}"' in panel.children[-1].value
+
+
+@pytest.mark.parametrize("n_gpus", [0, -1])
+def test_a_plan_needs_a_gpu(n_gpus) -> None:
+    with pytest.raises(ValueError, match="n_gpus"):
+        serving_plan(MODELS["LLaMA 2 7B"], ACCELERATORS["H100 SXM"], n_gpus, 1, 128)
+
+
+def test_the_html_carries_exact_values_and_readable_text() -> None:
+    plan = serving_plan(MODELS["LLaMA 2 7B"], ACCELERATORS["H100 SXM"], 1, 8, 4096, "int4")
+    html = plan_html(plan, "H100 SXM", 1, 8)
+    assert f'data-value="{plan["weights"]!r}">{_gb(plan["weights"])}' in html
+    assert isinstance(plan["weights"], float) and plan["weights"] == model_params(
+        MODELS["LLaMA 2 7B"]) / 2
