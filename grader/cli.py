@@ -23,8 +23,11 @@ python -m grader autograde LESSON SUBMISSIONS     grade <student_id>/<notebook>.
                  [--from LAYOUT]                  or an LMS's download as it came (see README)
 python -m grader feedback LESSON [--zip]          HTML feedback per student (--zip: for the LMS)
 python -m grader export [--format csv|canvas|moodle] [--roster FILE] [--assignments FILE]
-                 [--include-flagged] [--csv FILE]
+                 [--include-flagged] [--per-exercise] [--csv FILE]
 python -m grader report LESSON                    pass rates, score histogram, flagged ones
+python -m grader review LESSON [STUDENT]          flagged submissions; one student's grading
+                 [--accept | --set EXERCISE=POINTS | --total POINTS] [--note TEXT]
+                 [--clear EXERCISE] [--clear-total] [--regrade] [--by NAME]
 python -m grader lab [--smoke] [--reset LESSON]   the student workspace in JupyterLab
 python -m grader progress [LESSON ...]            which of your exercises pass their checks
 python -m grader demo LESSON [--fresh]            a lesson's instructor version, for class
@@ -82,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("--from", dest="layout", choices=LAYOUTS, metavar="LAYOUT",
                            help="how SUBMISSIONS is laid out: " + ", ".join(LAYOUTS)
                                 + " (default: recognised from its files)")
+    autograde.add_argument("--discard-overrides", action="store_true",
+                           help="drop the review decisions of each student graded (default: "
+                                "kept, and applied to the new grades)")
     autograde.add_argument("--broker", metavar="URL",
                            help="send submissions to workers on this Celery broker "
                                 "(redis://HOST:PORT/0) instead of grading here")
@@ -95,6 +101,36 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", parents=[common],
                                  help="pass rates, score histogram, flagged submissions")
     report.add_argument("lesson", metavar="LESSON")
+
+    review = commands.add_parser(
+        "review", parents=[common], help="flagged submissions, and the instructor's decisions",
+        description="Without STUDENT: the flagged submissions of LESSON with their reasons and "
+                    "what was decided. With STUDENT and no option: that student's grading and "
+                    "review log. With options: a decision, kept with who made it and when.")
+    review.add_argument("lesson", metavar="LESSON")
+    review.add_argument("student", nargs="?", metavar="STUDENT")
+    review.add_argument("--accept", action="store_true",
+                        help="the computed score stands (settles the flag)")
+    review.add_argument("--set", action="append", default=[], metavar="EXERCISE=POINTS",
+                        help="score EXERCISE at POINTS (repeatable; needs --note)")
+    review.add_argument("--total", metavar="POINTS",
+                        help="score the whole lesson at POINTS (needs --note)")
+    review.add_argument("--clear", action="append", default=[], metavar="EXERCISE",
+                        help="back to the computed score of EXERCISE (repeatable)")
+    review.add_argument("--clear-total", action="store_true",
+                        help="back to the lesson's computed total")
+    review.add_argument("--note", metavar="TEXT",
+                        help="why: shown to the student on their feedback page")
+    review.add_argument("--by", metavar="NAME",
+                        help="who decides (default: your user name on this machine)")
+    review.add_argument("--regrade", action="store_true",
+                        help="grade the student's stored notebook again (decisions are kept)")
+    review.add_argument("--discard-overrides", action="store_true",
+                        help="with --regrade: drop the student's review decisions")
+    review.add_argument("--no-sandbox", action="store_true",
+                        help="with --regrade: as autograde --no-sandbox")
+    review.add_argument("--partial-credit", action="store_true",
+                        help="with --regrade: as autograde --partial-credit")
 
     export = commands.add_parser("export", parents=[common], help="grades as CSV")
     export.add_argument("--csv", type=Path, metavar="FILE",
@@ -112,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--include-flagged", action="store_true",
                         help="write the computed scores of needs_review submissions "
                              "(default: left blank and listed)")
+    export.add_argument("--per-exercise", action="store_true",
+                        help="one row per student, lesson and exercise (csv format only; "
+                             "default file: <course-dir>/grades-per-exercise.csv)")
 
     worker = commands.add_parser("worker", parents=[common],
                                  help="run submissions that autograde --broker sends")
@@ -190,7 +229,8 @@ def run(args: argparse.Namespace) -> int:
         statuses = course.autograde(load_lesson(args.lesson), args.submissions, jobs=args.jobs,
                                     use_sandbox=not args.no_sandbox, limits=limits,
                                     partial=args.partial_credit, resume=args.resume,
-                                    broker=args.broker, layout=args.layout)
+                                    broker=args.broker, layout=args.layout,
+                                    discard_overrides=args.discard_overrides)
         counts = {s: sum(v["status"] == s for v in statuses.values())
                   for s in ("graded", "needs_review", "invalid")}
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(statuses)}")
@@ -203,9 +243,18 @@ def run(args: argparse.Namespace) -> int:
 
         report(course, load_lesson(args.lesson))
         return 0
+    if args.command == "review":
+        return review_command(course, args)
     if args.command == "export":
-        from grader.export import export
+        from grader.export import export, export_per_exercise
 
+        if args.per_exercise:
+            if args.format != "csv":
+                raise CourseError("--per-exercise writes the csv format (an LMS's import takes "
+                                  "one score per lesson): leave out --format, or drop "
+                                  "--per-exercise")
+            export_per_exercise(course, args.csv or course.root / "grades-per-exercise.csv")
+            return 0
         suffix = "" if args.format == "csv" else f"-{args.format}"
         export(course, args.csv or course.root / f"grades{suffix}.csv", args.format,
                args.roster, args.assignments, args.include_flagged)
@@ -226,3 +275,35 @@ def run(args: argparse.Namespace) -> int:
         return progress((args.workspace or DEFAULT_WORKSPACE).resolve(),
                         lesson_names(args.lessons))
     raise AssertionError(args.command)
+
+
+def review_command(course, args: argparse.Namespace) -> int:
+    """``review``: list the flagged, show a student, or record a decision."""
+    from grader import review
+
+    lesson = load_lesson(args.lesson)
+    decision = bool(args.accept or args.set or args.total is not None or args.clear
+                    or args.clear_total or args.note is not None)
+    regrade_only = (args.discard_overrides, args.no_sandbox, args.partial_credit)
+    if args.student is None:
+        if decision or args.regrade or any(regrade_only):
+            raise CourseError("name the STUDENT a decision is for: python -m grader review "
+                              f"{lesson.name} STUDENT ...")
+        review.flagged(course, lesson)
+        return 0
+    if args.regrade:
+        if decision:
+            raise CourseError("--regrade grades the stored notebook again and decides nothing: "
+                              "run it on its own, then decide")
+        review.regrade(course, lesson, args.student, args.by, args.discard_overrides,
+                       use_sandbox=not args.no_sandbox, partial=args.partial_credit)
+        return 0
+    if any(regrade_only):
+        raise CourseError("--discard-overrides, --no-sandbox and --partial-credit go with "
+                          "--regrade")
+    if decision:
+        review.decide(course, lesson, args.student, args.set, args.total, args.clear,
+                      args.clear_total, args.accept, args.note, args.by)
+    else:
+        review.show(course, lesson, args.student)
+    return 0

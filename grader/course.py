@@ -3,7 +3,8 @@
 Everything lives in one course directory (default ``.course/`` in the repository)::
 
     nbgrader_config.py   written by us on every command
-    gradebook.db         nbgrader's gradebook
+    gradebook.db         nbgrader's gradebook, and the course's own tables (grader/ledger.py):
+                         each submission's status, and the review log
     source/LESSON/       copy of notebooks/LESSON, refreshed by release
     release/LESSON/      student version (solutions and hidden tests stripped)
     submitted/STUDENT/LESSON/  the notebook as handed in (nothing else is copied)
@@ -62,6 +63,7 @@ c.CourseDirectory.course_id = {course_id!r}
 c.CourseDirectory.db_url = {db_url!r}
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
+    "grader.preprocessors.ShowReview",
     "grader.preprocessors.RedactHiddenTests",
     "grader.preprocessors.SanitizeUntrusted",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
@@ -147,10 +149,15 @@ class Course:
     def autograde(self, lesson: Lesson, submissions: Path, jobs: int = 1,
                   use_sandbox: bool = True, limits: Limits | None = None,
                   partial: bool = False, resume: bool = False, broker: str | None = None,
-                  layout: str | None = None) -> dict[str, dict[str, str]]:
+                  layout: str | None = None, keep_handins: bool = False,
+                  discard_overrides: bool = False, by: str | None = None,
+                  ) -> dict[str, dict[str, str]]:
         """Grade every student's notebook in ``submissions``: a folder or a zip, in the
         grader's own layout or as an LMS delivers it (``layout``: see grader/handins.py;
-        recognised from the files when None)."""
+        recognised from the files when None). ``keep_handins``: what an earlier download said
+        of each hand-in (name, late mark, layout) stands (a regrade of stored notebooks).
+        The review decisions in force for a student are kept and applied to the new grades,
+        unless ``discard_overrides`` (logged as ``by``'s decision)."""
         if not submissions.exists():
             raise CourseError(f"no such submissions folder or zip: {submissions}")
         if use_sandbox and bwrap_path() is None:
@@ -191,15 +198,21 @@ class Course:
             for note in received.notes:
                 self.log(note)
             self._handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
+            if keep_handins:
+                before = self.statuses(lesson.name).get(lesson.name, {})
+                self._handins[lesson.name].update({
+                    s: before[s]["handin"] for s in self._handins[lesson.name]
+                    if before.get(s, {}).get("handin")})
             progress = Progress(len(handins), self.log, self._handins[lesson.name])
             stored = self.statuses(lesson.name).get(lesson.name, {}) if resume else {}
+            review = (discard_overrides, by)
             pending = []
             try:
                 for handin in handins:
                     name = handin.student_id
                     early = self._receive(lesson, handin)
                     if isinstance(early, Graded):
-                        graded = progress.done(self._store(lesson, early))
+                        graded = progress.done(self._store(lesson, early, review))
                         statuses[graded.student_id] = graded.outcome()
                     elif stored.get(name, {}).get("notebook_sha256") == early[3]:
                         progress.skip(name)  # the same notebook is graded already
@@ -209,7 +222,7 @@ class Course:
                 def store(graded: Graded, digest: str) -> None:
                     graded.notebook_sha256 = digest
                     with self._gradebook_lock:
-                        self._store(lesson, graded)
+                        self._store(lesson, graded, review)
                     statuses[graded.student_id] = progress.done(graded).outcome()
 
                 if broker is not None:
@@ -290,9 +303,13 @@ class Course:
                                             *reasons])
         return name, copy, list(reasons), digest
 
-    def _store(self, lesson: Lesson, graded: Graded) -> Graded:
-        """Write one submission's grades: every earlier grade of it is replaced. A student whose
-        id cannot be a gradebook id is recorded in the status file only."""
+    def _store(self, lesson: Lesson, graded: Graded,
+               review: tuple[bool, str | None] = (False, None)) -> Graded:
+        """Write one submission's grades: every earlier grade of it is replaced, and the
+        review decisions in force are applied again (or, with ``review[0]``, discarded). A
+        student whose id cannot be a gradebook id is recorded in the status file only."""
+        from grader.review import after_grading
+
         if not valid_student_id(graded.student_id):
             return graded
         try:
@@ -306,6 +323,13 @@ class Course:
                 self._zero(lesson, graded.student_id)
             except Exception as again:
                 graded.reasons.append(f"nor zeroed ({type(again).__name__})")
+        try:
+            after_grading(self, lesson.name, graded.student_id, graded.notebook_sha256,
+                          discard=review[0], by=review[1])
+        except Exception as error:  # the grades stand; the decisions could not be re-applied
+            graded.status = "needs_review"
+            graded.reasons.append(f"the review decisions in force could not be applied again "
+                                  f"({type(error).__name__}: {error})"[:300])
         return graded
 
     def _write_grades(self, lesson: Lesson, graded: Graded) -> None:
@@ -330,7 +354,9 @@ class Course:
             "seconds": round(graded.seconds, 2),
             "flags": graded.flags,
             "exercises": {v.name: {"points": v.points, "max_points": v.max_points,
-                                   "passed": v.passed, "total": v.total, "note": v.note}
+                                   "passed": v.passed, "total": v.total, "note": v.note,
+                                   "failures": v.visible_failures[:10],
+                                   "hidden_failed": v.hidden_failed}
                           for v in graded.verdicts},
         }
 
@@ -398,19 +424,32 @@ class Course:
                               f"{type(error).__name__}: {error}") from None
 
     def grades(self) -> list[dict[str, object]]:
-        """One row per student and lesson: scores from the gradebook, status from our ledger.
-        A submission refused before it reached the gradebook (a folder whose name is no
-        student id) has a row too, with score 0."""
+        """One row per student and lesson: scores from the gradebook, status from our ledger,
+        the review decisions in force applied (grader/review.py). A submission refused before
+        it reached the gradebook (a folder whose name is no student id) has a row too, with
+        score 0.
+
+        ``score`` is the final score (an exercise's score set in review is in the gradebook;
+        a lesson's score set in review replaces the sum), ``computed_score`` the grader's own,
+        ``status`` ``graded`` once a decision settled a flag (``computed_status``: the
+        grader's), ``exercises``: name -> score, computed, max_score."""
+        from grader.review import states
+
         statuses = self.statuses()
         if not self.has_gradebook():
             return []
+        decisions = states(self.db_url)
         rows = []
         with self.gradebook() as gb:
+            exercises = _exercise_grades(gb)
             for assignment in sorted(gb.assignments, key=lambda a: a.name):
                 for submission in sorted(assignment.submissions, key=lambda s: s.student.id):
                     status = statuses.get(assignment.name, {}).get(submission.student.id, {})
                     max_score = float(assignment.max_score)
+                    per = exercises.get((assignment.name, submission.student.id), {})
                     score = min(max(float(submission.score), 0.0), max_score)
+                    computed = min(max(sum(e["computed"] for e in per.values()), 0.0),
+                                   max_score) if per else score
                     rows.append({
                         "student_id": submission.student.id,
                         "lesson": assignment.name,
@@ -419,6 +458,8 @@ class Course:
                         "status": status.get("status", "graded"),
                         "reason": status.get("reason", ""),
                         **_handin_fields(status),
+                        "computed_score": computed,
+                        "exercises": per,
                     })
             max_scores = {a.name: float(a.max_score) for a in gb.assignments}
         known = {(row["student_id"], row["lesson"]) for row in rows}
@@ -428,7 +469,22 @@ class Course:
                     rows.append({"student_id": student, "lesson": lesson, "score": 0.0,
                                  "max_score": max_scores[lesson],
                                  "status": status.get("status", "invalid"),
-                                 "reason": status.get("reason", ""), **_handin_fields(status)})
+                                 "reason": status.get("reason", ""), **_handin_fields(status),
+                                 "computed_score": 0.0, "exercises": {}})
+        for row in rows:
+            row["computed_status"] = row["status"]
+            state = decisions.get((str(row["lesson"]), str(row["student_id"])))
+            in_force = state.in_force if state else []
+            row["review"] = state.summary() if state else ""
+            row["review_note"] = "; ".join(d.note for d in in_force if d.note)
+            row["reviewed_by"] = f"{in_force[-1].by} {in_force[-1].when}" if in_force else ""
+            if state is None:
+                continue
+            if state.total is not None:
+                row["score"] = min(max(float(state.total.points or 0.0), 0.0),
+                                   float(row["max_score"]))
+            if state.resolved and row["status"] != "graded":
+                row["status"] = "graded"
         return rows
 
     # ------------------------------------------------------------------ feedback
@@ -579,6 +635,54 @@ def _safe_component(name: str) -> bool:
         return False
     return (0 < len(name.encode()) <= 200 and name not in (".", "..") and "/" not in name
             and "\\" not in name and inert(name, 1000) == name)
+
+
+def _exercise_grades(gb) -> dict[tuple[str, str], dict[str, dict[str, float]]]:
+    """(lesson, student) -> exercise -> score (the gradebook's: a score set in review counts),
+    computed (the grader's) and max_score, in the lesson's order; one query for the course."""
+    from nbgrader.api import (
+        Assignment,
+        Grade,
+        GradeCell,
+        SubmittedAssignment,
+        SubmittedNotebook,
+    )
+
+    found: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+    query = (gb.db.query(Assignment.name, SubmittedAssignment.student_id, GradeCell.name,
+                         Grade.auto_score, Grade.manual_score, Grade.extra_credit,
+                         GradeCell.max_score)
+             .select_from(Grade)
+             .join(SubmittedNotebook, Grade.notebook_id == SubmittedNotebook.id)
+             .join(SubmittedAssignment, SubmittedNotebook.assignment_id == SubmittedAssignment.id)
+             .join(Assignment, SubmittedAssignment.assignment_id == Assignment.id)
+             .join(GradeCell, Grade.cell_id == GradeCell.id))
+    for lesson, student, cell, auto, manual, extra, maximum in query:
+        computed = float(auto or 0.0)
+        score = (float(manual) if manual is not None else computed) + float(extra or 0.0)
+        found.setdefault((lesson, student), {})[cell.removeprefix("test-")] = {
+            "score": min(max(score, 0.0), float(maximum)), "computed": computed,
+            "max_score": float(maximum)}
+    order = _cell_order({lesson for lesson, _ in found})
+    return {key: dict(sorted(value.items(), key=lambda item: (order.get((key[0], item[0]), 0),
+                                                              item[0])))
+            for key, value in found.items()}
+
+
+def _cell_order(lessons: set[str]) -> dict[tuple[str, str], int]:
+    """(lesson, exercise) -> its place in the lesson's notebook."""
+    from grader.lessons import load_lesson
+
+    order = {}
+    for name in lessons:
+        try:
+            cells = nbformat.read(load_lesson(name).notebook, as_version=4).cells
+        except (CourseError, OSError):
+            continue
+        ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in cells]
+        for place, grade_id in enumerate(i for i in ids if i.startswith("test-")):
+            order[(name, grade_id.removeprefix("test-"))] = place
+    return order
 
 
 def _handin_fields(status: dict) -> dict[str, object]:

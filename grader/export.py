@@ -2,7 +2,9 @@
 
 - ``csv``: one row per student and lesson: ``student_id, lesson, score, max_score, status,
   reason, name, late, from, lms_id`` (``lms_id``: the LMS's own id where it could not be the
-  gradebook's).
+  gradebook's), then ``computed_score, review, review_note, reviewed_by`` (the grader's own
+  score and the review decisions in force: grader/review.py) and a column per exercise,
+  ``LESSON/EXERCISE``. ``export_per_exercise``: one row per student, lesson and exercise.
 - ``canvas``: Canvas's Gradebook import file (Canvas Instructor Guide, "How do I import grades
   in the Gradebook?"; the importer is ``app/models/gradebook_importer.rb``): the columns
   ``Student, ID, SIS User ID, SIS Login ID, Section``, then one column per lesson headed
@@ -184,6 +186,50 @@ def points_text(value: float) -> str:
     return f"{round(value, 2):.2f}".rstrip("0").rstrip(".")
 
 
+def exercise_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """(lesson, exercise) of every exercise graded, lessons in order, exercises in the
+    notebook's order."""
+    seen: dict[tuple[str, str], None] = {}
+    for row in sorted(rows, key=lambda r: str(r["lesson"])):
+        for name in row.get("exercises") or {}:
+            seen.setdefault((str(row["lesson"]), name), None)
+    return list(seen)
+
+
+def export_per_exercise(course: Course, path: Path) -> int:
+    """One row per student, lesson and exercise: the score (after review), the grader's,
+    whether it was set in review and why, and the checks that passed. Returns the rows
+    written."""
+    from grader.review import states
+
+    rows = course.grades()
+    statuses = course.statuses()
+    decisions = states(course.db_url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "lesson", "exercise", "score", "max_score",
+                         "computed_score", "status", "overridden", "review_note",
+                         "checks_passed", "checks_total"])
+        for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
+            lesson, student = str(row["lesson"]), str(row["student_id"])
+            ran = statuses.get(lesson, {}).get(student, {}).get("exercises", {})
+            state = decisions.get((lesson, student))
+            for name, result in (row.get("exercises") or {}).items():
+                decision = state.overrides.get(name) if state else None
+                checks = ran.get(name, {})
+                writer.writerow([student_cell(student), lesson, name, float(result["score"]),
+                                 float(result["max_score"]), float(result["computed"]),
+                                 row["status"], "set" if decision else "",
+                                 display(decision.note) if decision else "",
+                                 checks.get("passed", ""), checks.get("total", "")])
+                written += 1
+    course.log(f"wrote {written} exercise grade(s) of {len(rows)} submission(s) to {path} "
+               "(scores in raw points)")
+    return written
+
+
 def export(course: Course, path: Path, kind: str = "csv",
            roster_path: Path | list[Path] | None = None,
            assignments_path: Path | None = None, include_flagged: bool = False) -> int:
@@ -223,18 +269,29 @@ def export(course: Course, path: Path, kind: str = "csv",
         students = sorted(set(students) | set(roster))
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "csv":
+        columns = exercise_columns(rows)
         with path.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
             writer.writerow(["student_id", "lesson", "score", "max_score", "status", "reason",
-                             "name", "late", "from", "lms_id"])
+                             "name", "late", "from", "lms_id", "computed_score", "review",
+                             "review_note", "reviewed_by",
+                             *(f"{lesson}/{name}" for lesson, name in columns)])
             for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
                 score = "" if row["score"] is None else float(row["score"])
+                computed = row.get("computed_score")
+                per = row.get("exercises") or {}
                 writer.writerow([student_cell(str(row["student_id"])), row["lesson"], score,
                                  float(row["max_score"]), row["status"],
                                  display(str(row.get("reason", ""))),
                                  display(str(row.get("name", ""))),
                                  "late" if row.get("late") else "", row.get("from", ""),
-                                 display(str(row.get("lms_id", "")))])
+                                 display(str(row.get("lms_id", ""))),
+                                 "" if computed is None else float(computed),
+                                 display(str(row.get("review", ""))),
+                                 display(str(row.get("review_note", ""))),
+                                 display(str(row.get("reviewed_by", ""))),
+                                 *(float(per[name]["score"]) if lesson == row["lesson"]
+                                   and name in per else "" for lesson, name in columns)])
         course.log(f"wrote {len(students)} student(s), {len(lessons)} lesson(s) to {path} "
                    "(scores in raw points)")
         return len(students)

@@ -1,10 +1,17 @@
-"""What nbgrader's gradebook does not hold: each submission's status, reason and details.
+"""What nbgrader's gradebook does not hold: each submission's status, reason and details, and
+the instructor's review decisions.
 
-One table, ``ctc_grading_status``, in the same database as the gradebook (SQLite in the course
-directory by default, PostgreSQL where several graders share one), so that everything a grade
-needs lives where the grades live and several graders can write at once. A row per lesson and
-student; writing one replaces it. ``grading_status.json`` in the course directory is a copy for
-people and scripts, written after each batch.
+Two tables, ``ctc_grading_status`` and ``ctc_review_log``, in the same database as the
+gradebook (SQLite in the course directory by default, PostgreSQL where several graders share
+one), so that everything a grade needs lives where the grades live and several graders can
+write at once. ``ctc_grading_status`` has a row per lesson and student; writing one replaces it.
+``grading_status.json`` in the course directory is a copy of it for people and scripts, written
+after each batch.
+
+``ctc_review_log`` is the audit trail of ``python -m grader review``: one row per decision
+(accept, set, total, clear, clear-total, note, regrade, discard), who made it and when (UTC),
+never changed or deleted; the decisions in force are what replaying it in order gives
+(grader/review.py).
 """
 
 from __future__ import annotations
@@ -14,7 +21,17 @@ import time
 from collections.abc import Iterable
 from functools import cache
 
-from sqlalchemy import Column, Float, MetaData, String, Table, Text, create_engine, select
+from sqlalchemy import (
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    select,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
@@ -28,6 +45,20 @@ STATUS = Table(
     Column("details", Text, nullable=False, default="{}"),  # JSON: seconds, flags, exercises
     Column("notebook_sha256", String(64), nullable=False, default=""),
     Column("graded_at", Float, nullable=False, default=0.0),
+)
+REVIEW_LOG = Table(
+    "ctc_review_log", METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("lesson", String(64), nullable=False, index=True),
+    Column("student_id", String(128), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("exercise", String(128), nullable=False, default=""),
+    Column("points", Float, nullable=True),  # the score set; None for other actions
+    Column("computed", Float, nullable=True),  # what the grader had computed, for the record
+    Column("note", Text, nullable=False, default=""),
+    Column("by", String(128), nullable=False),
+    Column("at", Float, nullable=False),  # seconds since the epoch (UTC)
+    Column("notebook_sha256", String(64), nullable=False, default=""),
 )
 
 
@@ -71,3 +102,35 @@ def read(db_url: str, lesson: str | None = None) -> dict[str, dict[str, dict]]:
                       "notebook_sha256": row.notebook_sha256, **json.loads(row.details)}
             found.setdefault(row.lesson, {})[row.student_id] = record
     return found
+
+
+def log_decisions(db_url: str, rows: Iterable[dict]) -> None:
+    """Append decisions to the review log, all or none."""
+    rows = list(rows)
+    for attempt in range(5):
+        try:
+            with engine(db_url).begin() as connection:
+                for row in rows:
+                    connection.execute(REVIEW_LOG.insert().values(
+                        lesson=row["lesson"], student_id=row["student_id"],
+                        action=row["action"], exercise=row.get("exercise", ""),
+                        points=row.get("points"), computed=row.get("computed"),
+                        note=row.get("note", ""), by=row["by"], at=row.get("at", time.time()),
+                        notebook_sha256=row.get("notebook_sha256", "")))
+            return
+        except OperationalError:  # SQLite busy: another grader is writing
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
+def read_decisions(db_url: str, lesson: str | None = None,
+                   student_id: str | None = None) -> list[dict]:
+    """The review log, oldest first (as written: the id orders it)."""
+    query = select(REVIEW_LOG).order_by(REVIEW_LOG.c.id)
+    if lesson is not None:
+        query = query.where(REVIEW_LOG.c.lesson == lesson)
+    if student_id is not None:
+        query = query.where(REVIEW_LOG.c.student_id == student_id)
+    with engine(db_url).connect() as connection:
+        return [dict(row._mapping) for row in connection.execute(query)]

@@ -86,3 +86,55 @@ class SanitizeUntrusted(Preprocessor):
                     del data[mime]
             output.get("metadata", {}).pop("text/html", None)  # no "isolated" iframe
         return cell, resources
+
+
+class ShowReview(Preprocessor):
+    """Show the instructor's review decisions (grader/review.py) on the feedback page.
+
+    Runs after nbgrader's GetGrades, which has read each exercise's score from the gradebook
+    (a score set in review is there, as nbgrader's manual score). A lesson score set in review
+    replaces the page's total. The decisions in force that carry a note are listed in a block
+    at the top of the page, and an exercise's under its test cell. The instructor's words are
+    escaped here, and the block is cleaned again by SanitizeUntrusted, which runs after this:
+    a note is shown as text, never as markup."""
+
+    enabled = Bool(True)
+
+    def preprocess(self, nb: NotebookNode, resources: dict):
+        import html
+
+        from nbformat.v4 import new_output, new_raw_cell
+
+        from grader.review import state_of
+
+        meta = resources.get("nbgrader", {})
+        state = state_of(meta["db_url"], meta["assignment"], meta["student"])
+        if state.total is not None:
+            resources["nbgrader"]["score"] = float(state.total.points or 0.0)
+        for cell in nb.cells:
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+            decision = state.overrides.get(grade_id.removeprefix("test-")) \
+                if cell.cell_type == "code" and grade_id.startswith("test-") else None
+            if decision is not None:
+                cell.setdefault("outputs", []).append(new_output(
+                    "stream", name="stdout", text=f"[review] {_told(decision)}\n"))
+        shown = [d for d in state.in_force if d.note or d.action in ("total", "set")]
+        if shown:
+            items = "".join(f"<li>{html.escape(_told(d))}</li>" for d in shown)
+            nb.cells.insert(0, new_raw_cell(
+                f"<div><p><strong>Your instructor reviewed this grade.</strong></p>"
+                f"<ul>{items}</ul></div>", metadata={"format": "text/html"}))
+        return nb, resources
+
+
+def _told(decision) -> str:
+    """A decision as the student reads it."""
+    what = {"set": f"{decision.exercise}: {decision.points:g} point(s)"
+                   + (f" (the checks gave {decision.computed:g})"
+                      if decision.computed is not None else ""),
+            "total": f"score for the lesson: {decision.points:g}"
+                     + (f" (the checks gave {decision.computed:g})"
+                        if decision.computed is not None else ""),
+            "accept": "the computed score stands"}.get(decision.action, "note")
+    return f"{what}, by {decision.by} on {decision.when}" + (
+        f": {decision.note}" if decision.note else "")

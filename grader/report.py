@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from pathlib import Path
 
 from grader.course import Course
@@ -34,14 +35,26 @@ def report(course: Course, lesson: Lesson) -> Path:
             writer.writerow([name, sum(passes), len(passes), f"{rate:.3f}"])
             lines.append(f"{name:<28} {sum(passes):>8} {len(passes):>4} {rate:>7.0%}")
 
-    flagged = [(r["student_id"], r["status"], r["reason"]) for r in rows if r["status"] != "graded"]
+    lines += ["", *_per_exercise(rows, graded, folder / "exercises.csv")]
+
+    # Every submission the grader flagged, settled by a review decision or still open.
+    flagged = [(r["student_id"], r["computed_status"], r["reason"], r.get("review") or "open")
+               for r in rows if r["computed_status"] != "graded"]
     with (folder / "flagged.csv").open("w", newline="") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
-        writer.writerow(["student_id", "status", "reason"])
-        for student, status, reason in flagged:
-            writer.writerow([_safe(student), status, _safe(reason)])
-    lines += ["", f"flagged: {len(flagged)}"]
-    lines += [f"  {student}: {status}: {reason}" for student, status, reason in flagged]
+        writer.writerow(["student_id", "status", "reason", "review"])
+        for student, status, reason, decided in flagged:
+            writer.writerow([_safe(student), status, _safe(reason), _safe(decided)])
+    still_open = sum(decided == "open" for *_, decided in flagged)
+    lines += ["", f"flagged: {len(flagged)} ({still_open} open; decide with `python -m grader "
+              f"review {lesson.name}`)"]
+    lines += [f"  {inert(student, 120)}: {status}: {inert(reason)} [{inert(decided)}]"
+              for student, status, reason, decided in flagged]
+    reviewed = [r for r in rows if r.get("review")]
+    lines += ["", f"reviewed: {len(reviewed)}"]
+    lines += [f"  {inert(r['student_id'], 120)}: {inert(r['review'])}; score {r['score']:g} "
+              f"(computed {r['computed_score']:g}) by {inert(r['reviewed_by'])}"
+              for r in reviewed]
 
     # What the download said of each hand-in: who, from where, the LMS's late mark, and which
     # attempt was graded or what was ignored beside the notebook.
@@ -60,9 +73,52 @@ def report(course: Course, lesson: Lesson) -> Path:
 
     _histogram([float(r["score"]) for r in rows], float(rows[0]["max_score"]), lesson,
                folder / "scores.png")
-    lines += ["", f"written: {folder}/pass_rates.csv, scores.png, flagged.csv, handins.csv"]
+    lines += ["", f"written: {folder}/pass_rates.csv, exercises.csv, scores.png, flagged.csv, "
+              "handins.csv"]
     course.log("\n".join(lines))
     return folder
+
+
+def _per_exercise(rows: list[dict], graded: dict[str, dict], path: Path) -> list[str]:
+    """Per exercise: the distribution of its final scores (after review), its mean, and the
+    check that failed most often with its most common message (hidden checks are counted,
+    never named). Written to ``path``; returns the lines to print."""
+    lines = [f"{'exercise':<26} {'mean':>6} {'of':>4}  scores (points: submissions)"]
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["exercise", "max_points", "submissions", "mean", "distribution",
+                         "full_marks", "most_failed_check", "failed", "most_common_message",
+                         "hidden_failed"])
+        names = list(dict.fromkeys(n for r in rows for n in (r.get("exercises") or {})))
+        for name in names:
+            scores = [float(r["exercises"][name]["score"]) for r in rows
+                      if name in (r.get("exercises") or {})]
+            maximum = next(float(r["exercises"][name]["max_score"]) for r in rows
+                           if name in (r.get("exercises") or {}))
+            counts = Counter(scores)
+            spread = " ".join(f"{points:g}:{counts[points]}" for points in sorted(counts))
+            failures = Counter()
+            messages: dict[str, Counter] = {}
+            hidden = 0
+            for record in graded.values():
+                result = record.get("exercises", {}).get(name, {})
+                hidden += bool(result.get("hidden_failed"))
+                for message in result.get("failures", []):
+                    check = message.split(": ", 1)[0]
+                    failures[check] += 1
+                    messages.setdefault(check, Counter())[message] += 1
+            check, times = failures.most_common(1)[0] if failures else ("", 0)
+            message = messages[check].most_common(1)[0][0] if check else ""
+            mean = sum(scores) / len(scores)
+            writer.writerow([name, maximum, len(scores), round(mean, 3), spread,
+                             sum(s == maximum for s in scores), _safe(check), times,
+                             _safe(message), hidden])
+            lines.append(f"{name:<26} {mean:>6.2f} {maximum:>4g}  {spread}")
+            if check:
+                lines.append(f"    most failed check ({times}x): {inert(message, 300)}")
+            if hidden:
+                lines.append(f"    hidden checks failed in {hidden} submission(s)")
+    return lines
 
 
 def _safe(text: str) -> str:

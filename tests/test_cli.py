@@ -11,7 +11,8 @@ from tests.grading_helpers import grader
 COMMANDS = {
     "sync": ["--check"], "release": ["01_float_formats"],
     "autograde": ["01_float_formats", "submissions"], "feedback": ["01_float_formats"],
-    "export": [], "report": ["01_float_formats"], "lab": ["--smoke"],
+    "export": [], "report": ["01_float_formats"], "review": ["01_float_formats"],
+    "lab": ["--smoke"],
     "demo": ["01_float_formats"], "progress": [], "worker": ["--broker", "redis://x:1/0"],
 }
 

@@ -146,6 +146,16 @@ def test_autograde_reports_every_submission(graded) -> None:
     assert "4 graded, 0 needs_review, 0 invalid of 4" in graded["autograde"].stdout
 
 
+def test_the_release_holds_every_file_of_the_lesson_folder(graded) -> None:
+    """A released lesson is self-contained: its data files and helper scripts (lesson 07's
+    distributed_demos.py) go with the student version."""
+    lesson = graded["lesson"]
+    names = {p.name for p in lesson.folder.iterdir() if not p.name.startswith((".", "__"))}
+    released = {p.name for p in graded["student_nb"].parent.iterdir()
+                if not p.name.startswith((".", "__"))}
+    assert names == released
+
+
 def test_feedback_pages_show_scores_and_no_hidden_check(graded) -> None:
     lesson, course = graded["lesson"], graded["course"]
     grader("feedback", lesson.name, "--course-dir", course)

@@ -1,0 +1,406 @@
+"""``python -m grader review``: the instructor's decisions on what the grader computed.
+
+Every decision is a row of the review log (``ctc_review_log``, beside nbgrader's tables: see
+grader/ledger.py), with who made it and when, never changed afterwards. What is in force for a
+student is what replaying their rows in order gives:
+
+- ``accept``: the computed score stands; the flag is resolved.
+- ``set`` EXERCISE: that exercise scores the points given. Written into nbgrader's gradebook as
+  the grade's ``manual_score`` (nbgrader's own field for a human's score, which its totals,
+  formgrader and ``nbgrader export`` read); the grader's ``auto_score`` is kept beside it.
+- ``total``: the lesson scores the points given, whatever its exercises add up to.
+- ``clear`` EXERCISE, ``clear-total``: back to the computed score.
+- ``note``: a comment for the student, with no change of score.
+- ``discard``: ``autograde --discard-overrides`` (or ``review --regrade --discard-overrides``)
+  dropped every decision before it.
+- ``regrade``: a record that the student was graded again from the stored notebook.
+
+A decision that sets or accepts a score resolves a ``needs_review`` or ``invalid`` flag: the
+export then says ``graded`` and names the decision. Grading a student again keeps the decisions
+in force (and re-applies them to the gradebook) unless told to discard them.
+"""
+
+from __future__ import annotations
+
+import getpass
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from grader import ledger
+from grader.intake import inert, valid_student_id
+from grader.lessons import CourseError, Lesson
+
+MAX_NOTE_CHARS = 2000
+RESOLVING = ("accept", "set", "total")  # decisions that settle a flagged submission
+
+
+@dataclass
+class Decision:
+    """One row of the review log."""
+
+    action: str
+    by: str
+    at: float
+    exercise: str = ""
+    points: float | None = None
+    computed: float | None = None
+    note: str = ""
+    notebook_sha256: str = ""
+
+    @property
+    def when(self) -> str:
+        return utc(self.at)
+
+    def line(self) -> str:
+        """The decision in one line, for the terminal and the export (control characters
+        escaped)."""
+        what = {"accept": "accepted the computed score",
+                "set": f"set {self.exercise} to {_num(self.points)}"
+                       + (f" (computed {_num(self.computed)})" if self.computed is not None
+                          else ""),
+                "total": f"set the lesson's score to {_num(self.points)}"
+                         + (f" (computed {_num(self.computed)})" if self.computed is not None
+                            else ""),
+                "clear": f"cleared the score set for {self.exercise}",
+                "clear-total": "cleared the lesson's score set",
+                "note": "left a note",
+                "discard": "discarded every earlier decision",
+                "regrade": "graded the stored notebook again"}.get(self.action, self.action)
+        text = f"{self.when} {self.by}: {what}" + (f': "{self.note}"' if self.note else "")
+        return inert(text, 3000)
+
+
+@dataclass
+class State:
+    """The decisions in force for one student's lesson, and the whole trail."""
+
+    overrides: dict[str, Decision] = field(default_factory=dict)  # exercise -> its "set"
+    total: Decision | None = None
+    accepted: Decision | None = None
+    notes: list[Decision] = field(default_factory=list)
+    history: list[Decision] = field(default_factory=list)
+
+    @property
+    def in_force(self) -> list[Decision]:
+        found = [*self.overrides.values(), *([self.total] if self.total else []),
+                 *([self.accepted] if self.accepted else []), *self.notes]
+        return sorted(found, key=lambda d: d.at)
+
+    @property
+    def resolved(self) -> bool:
+        return any(d.action in RESOLVING for d in self.in_force)
+
+    def summary(self) -> str:
+        """What the export's ``review`` column says: the decisions in force, briefly."""
+        parts = []
+        if self.accepted:
+            parts.append("accepted")
+        parts += [f"set {name}" for name in sorted(self.overrides)]
+        if self.total:
+            parts.append("set total")
+        if self.notes:
+            parts.append("note")
+        return "; ".join(parts)
+
+    def comments(self) -> list[Decision]:
+        """The decisions in force that carry a note, oldest first: what the student is shown."""
+        return [d for d in self.in_force if d.note]
+
+
+def replay(rows: list[dict]) -> dict[tuple[str, str], State]:
+    """(lesson, student) -> the decisions in force, from the log's rows (oldest first)."""
+    states: dict[tuple[str, str], State] = {}
+    for row in rows:
+        state = states.setdefault((row["lesson"], row["student_id"]), State())
+        decision = Decision(row["action"], row["by"], row["at"], row["exercise"] or "",
+                            row["points"], row["computed"], row["note"] or "",
+                            row["notebook_sha256"] or "")
+        state.history.append(decision)
+        if decision.action == "set":
+            state.overrides[decision.exercise] = decision
+        elif decision.action == "clear":
+            state.overrides.pop(decision.exercise, None)
+        elif decision.action == "total":
+            state.total = decision
+        elif decision.action == "clear-total":
+            state.total = None
+        elif decision.action == "accept":
+            state.accepted = decision
+        elif decision.action == "note":
+            state.notes.append(decision)
+        elif decision.action == "discard":
+            state.overrides, state.total, state.accepted, state.notes = {}, None, None, []
+    return states
+
+
+def states(db_url: str, lesson: str | None = None) -> dict[tuple[str, str], State]:
+    try:
+        return replay(ledger.read_decisions(db_url, lesson))
+    except Exception as error:
+        raise CourseError(f"cannot read the review log in {db_url}: "
+                          f"{type(error).__name__}: {error}") from None
+
+
+def state_of(db_url: str, lesson: str, student_id: str) -> State:
+    return replay(ledger.read_decisions(db_url, lesson, student_id)).get(
+        (lesson, student_id), State())
+
+
+def utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def who(by: str | None) -> str:
+    """The name a decision is recorded under: ``--by NAME``, else the operating system's user."""
+    if by is not None:
+        name = by.strip()
+        if not name or len(name) > 128 or inert(name, 200) != name:
+            raise CourseError("--by must be a name of 1 to 128 characters, with no control "
+                              "characters")
+        return name
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in the environment nor in the password database
+        return f"uid {os.getuid()}"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+# ------------------------------------------------------------------ the gradebook
+
+def exercise_points(course, lesson: Lesson) -> dict[str, float]:
+    """Exercise -> its points, from the lesson's grade cells in nbgrader's gradebook."""
+    from nbgrader.api import MissingEntry
+
+    with course.gradebook() as gb:
+        try:
+            assignment = gb.find_assignment(lesson.name)
+        except MissingEntry:
+            raise CourseError(f"{lesson.name} is not in the gradebook: run `python -m grader "
+                              f"release {lesson.name}` and grade it first") from None
+        return {cell.name.removeprefix("test-"): float(cell.max_score)
+                for notebook in assignment.notebooks for cell in notebook.grade_cells}
+
+
+def apply(course, lesson: str, student_id: str, state: State) -> None:
+    """Write the exercise scores in force into nbgrader's gradebook (``manual_score``); an
+    exercise with none goes back to the grader's ``auto_score``."""
+    from nbgrader.api import MissingEntry
+
+    with course.gradebook() as gb:
+        try:
+            submission = gb.find_submission(lesson, student_id)
+        except MissingEntry:
+            return
+        for notebook in submission.notebooks:
+            for grade in notebook.grades:
+                decision = state.overrides.get(grade.name.removeprefix("test-"))
+                grade.manual_score = None if decision is None else min(
+                    float(decision.points), float(grade.max_score))
+        gb.db.commit()
+
+
+def after_grading(course, lesson: str, student_id: str, notebook_sha256: str,
+                  discard: bool, by: str | None = None) -> None:
+    """Called once a student's new grades are stored: keep the decisions in force (written
+    into the gradebook again), or discard them, with a row in the log saying who did."""
+    state = state_of(course.db_url, lesson, student_id)
+    if not state.in_force:
+        return
+    if discard:
+        ledger.log_decisions(course.db_url, [{
+            "lesson": lesson, "student_id": student_id, "action": "discard", "by": who(by),
+            "note": "", "notebook_sha256": notebook_sha256}])
+        course.log(f"  {inert(student_id, 120)}: review decisions discarded "
+                   "(--discard-overrides)")
+        return
+    apply(course, lesson, student_id, state)
+    older = {d.notebook_sha256 for d in state.in_force} - {notebook_sha256, ""}
+    course.log(f"  {inert(student_id, 120)}: kept review decisions ({state.summary()})"
+               + ("; they were made on another notebook than this one" if older and
+                  notebook_sha256 else "")
+               + "; --discard-overrides drops them")
+
+
+# ------------------------------------------------------------------ the command
+
+def parse_set(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise CourseError(f"--set {text!r}: write EXERCISE=POINTS, e.g. --set decode=2")
+    return name.strip(), value.strip()
+
+
+def check_points(what: str, value: str, maximum: float) -> float:
+    try:
+        points = float(value)
+    except ValueError:
+        points = math.nan
+    if not math.isfinite(points) or not 0 <= points <= maximum:
+        raise CourseError(f"{what}: {value!r} is not a number of points from 0 to "
+                          f"{maximum:g}")
+    return points
+
+
+def known_student(course, lesson: Lesson, student_id: str) -> dict:
+    """The grader's record of the student's submission, or a clear error."""
+    graded = course.statuses(lesson.name).get(lesson.name, {})
+    if student_id in graded and valid_student_id(student_id):
+        return graded[student_id]
+    some = sorted(s for s in graded if valid_student_id(s))
+    listed = ", ".join(some[:10]) + (f" and {len(some) - 10} more" if len(some) > 10 else "")
+    raise CourseError(f"no graded submission of {lesson.name} by {inert(student_id, 120)!r}"
+                      + (f"; graded: {listed}" if some else "; nobody is graded yet")
+                      + f" (list the flagged ones with `python -m grader review {lesson.name}`)")
+
+
+def decide(course, lesson: Lesson, student_id: str, sets: list[str], total: str | None,
+           clear: list[str], clear_total: bool, accept: bool, note: str | None,
+           by: str | None) -> None:
+    """Check a review decision, log it, write it into the gradebook, say what was done."""
+    record = known_student(course, lesson, student_id)
+    if accept and (sets or total is not None):
+        raise CourseError("--accept keeps the computed score, --set and --total change it: "
+                          "give one or the other")
+    note = inert((note or "").strip(), MAX_NOTE_CHARS * 2)  # control characters escaped
+    if len(note) > MAX_NOTE_CHARS:
+        raise CourseError(f"--note is {len(note)} characters long: at most {MAX_NOTE_CHARS}")
+    if (sets or total is not None) and not note:
+        raise CourseError('--set and --total need --note "why": the student sees it on their '
+                          "feedback page, and the review log keeps it")
+    points = exercise_points(course, lesson)
+    names = ", ".join(points)
+    row = next((r for r in course.grades()
+                if r["lesson"] == lesson.name and r["student_id"] == student_id), None)
+    if row is None:
+        raise CourseError(f"{student_id} has no grades of {lesson.name} in the gradebook")
+    computed = row.get("exercises", {})
+    base = {"lesson": lesson.name, "student_id": student_id, "by": who(by),
+            "notebook_sha256": record.get("notebook_sha256", "")}
+    decisions = []
+    for text in sets:
+        name, value = parse_set(text)
+        if name not in points:
+            raise CourseError(f"--set {text!r}: {lesson.name} has no exercise {name!r}; its "
+                              f"exercises are: {names}")
+        decisions.append({**base, "action": "set", "exercise": name, "note": note,
+                          "points": check_points(f"--set {name}", value, points[name]),
+                          "computed": computed.get(name, {}).get("computed")})
+    for name in clear:
+        if name not in points:
+            raise CourseError(f"--clear {name!r}: {lesson.name} has no exercise {name!r}; its "
+                              f"exercises are: {names}")
+        decisions.append({**base, "action": "clear", "exercise": name, "note": ""})
+    if total is not None:
+        decisions.append({**base, "action": "total", "note": note,
+                          "points": check_points("--total", total, float(row["max_score"])),
+                          "computed": row.get("computed_score")})
+    if clear_total:
+        decisions.append({**base, "action": "clear-total", "note": ""})
+    if accept:
+        decisions.append({**base, "action": "accept", "note": note})
+    if not decisions:
+        if not note:
+            raise CourseError("nothing to decide: give --accept, --set EXERCISE=POINTS, "
+                              "--total POINTS, --clear EXERCISE, --clear-total, --note TEXT "
+                              "or --regrade (or no option, to see the student's grading)")
+        decisions.append({**base, "action": "note", "note": note})
+    elif note and not any(d["note"] for d in decisions):
+        decisions.append({**base, "action": "note", "note": note})
+    ledger.log_decisions(course.db_url, decisions)
+    state = state_of(course.db_url, lesson.name, student_id)
+    apply(course, lesson.name, student_id, state)
+    for decision in state.history[-len(decisions):]:
+        course.log(f"{inert(student_id, 120)}: {decision.line()}")
+    show(course, lesson, student_id, history=False)
+
+
+def show(course, lesson: Lesson, student_id: str, history: bool = True) -> None:
+    """One student's grading: status, reasons, each exercise's score, the decisions."""
+    record = known_student(course, lesson, student_id)
+    row = next((r for r in course.grades()
+                if r["lesson"] == lesson.name and r["student_id"] == student_id), None)
+    state = state_of(course.db_url, lesson.name, student_id)
+    lines = [f"{inert(student_id, 120)}, {lesson.name}: "
+             + (f"{row['status']} (the grader said {row['computed_status']})"
+                if row and row["status"] != row["computed_status"]
+                else str(record.get("status")))]
+    if record.get("reason"):
+        lines.append(f"  why flagged: {inert(record['reason'], 1000)}")
+    if row is not None:
+        lines.append(f"  score: {_num(row['score'])} of {_num(row['max_score'])}"
+                     + (f" (computed {_num(row['computed_score'])})"
+                        if row["score"] != row["computed_score"] else ""))
+        checks = record.get("exercises", {})
+        lines.append(f"  {'exercise':<26} {'score':>6} {'of':>4} {'computed':>9}  checks")
+        for name, result in row.get("exercises", {}).items():
+            ran = checks.get(name, {})
+            passed = f"{ran['passed']}/{ran['total']}" if "total" in ran else "-"
+            mark = "  (set)" if name in state.overrides else ""
+            lines.append(f"  {name:<26} {_num(result['score']):>6} {_num(result['max_score']):>4}"
+                         f" {_num(result['computed']):>9}  {passed}{mark}")
+    shown = state.history if history else state.in_force
+    if shown:
+        lines.append("  review log:" if history else "  decisions in force:")
+        lines += [f"    {d.line()}" for d in shown]
+    course.log("\n".join(lines))
+
+
+def flagged(course, lesson: Lesson) -> None:
+    """Every submission the grader flagged, with its reasons and what was decided."""
+    rows = [r for r in course.grades() if r["lesson"] == lesson.name]
+    if not rows:
+        raise CourseError(f"no grades for {lesson.name} yet: run `python -m grader autograde "
+                          f"{lesson.name} SUBMISSIONS` first")
+    found = states(course.db_url, lesson.name)
+    listed = [r for r in rows if r["computed_status"] != "graded"
+              or (lesson.name, r["student_id"]) in found]
+    open_ = [r for r in listed if r["computed_status"] != "graded" and r["status"] != "graded"]
+    lines = [f"{lesson.name}: {sum(r['computed_status'] != 'graded' for r in rows)} flagged "
+             f"of {len(rows)}, {len(open_)} still open"]
+    for row in sorted(listed, key=lambda r: (r["status"] == "graded", str(r["student_id"]))):
+        state = found.get((lesson.name, str(row["student_id"])), State())
+        decided = state.summary() or "open"
+        lines.append(f"  {inert(row['student_id'], 120):<20} {row['computed_status']:<13} "
+                     f"{_num(row['score']):>5} of {_num(row['max_score'])}  [{decided}]")
+        if row.get("reason"):
+            lines.append(f"      why: {inert(row['reason'], 1000)}")
+        lines += [f"      {d.line()}" for d in state.in_force]
+    lines += ["", f"decide: python -m grader review {lesson.name} STUDENT --accept "
+              "[--note TEXT]", f"        python -m grader review {lesson.name} STUDENT "
+              '--set EXERCISE=POINTS --note "why"',
+              f"        python -m grader review {lesson.name} STUDENT --regrade"]
+    course.log("\n".join(lines))
+
+
+def regrade(course, lesson: Lesson, student_id: str, by: str | None, discard: bool,
+            **options) -> dict:
+    """Grade the student's stored notebook again (submitted/STUDENT/LESSON/), keeping what the
+    download said of the hand-in; the decisions in force stay unless ``discard``."""
+    known_student(course, lesson, student_id)
+    stored = course.root / "submitted" / student_id / lesson.name / lesson.notebook.name
+    if not stored.is_file():
+        raise CourseError(f"no stored notebook of {student_id} for {lesson.name} ({stored}): "
+                          "the submission was invalid; grade a new one with `python -m grader "
+                          f"autograde {lesson.name} SUBMISSIONS`")
+    name = who(by)
+    folder = Path(tempfile.mkdtemp(dir=course.root, prefix="regrade-"))
+    try:
+        (folder / student_id).mkdir()
+        shutil.copyfile(stored, folder / student_id / lesson.notebook.name)
+        statuses = course.autograde(lesson, folder, layout="folders", keep_handins=True,
+                                    discard_overrides=discard, by=name, **options)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    ledger.log_decisions(course.db_url, [{
+        "lesson": lesson.name, "student_id": student_id, "action": "regrade", "by": name,
+        "note": "", "notebook_sha256": statuses.get(student_id, {}).get("notebook_sha256", "")}])
+    show(course, lesson, student_id, history=False)
+    return statuses
