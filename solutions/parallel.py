@@ -9,12 +9,15 @@ all-gather (every rank ends with every rank's n-th) and all-to-all (every rank s
 n-th to each other rank).
 
 Conventions: ``B`` is the size in bytes of the whole, unsharded tensor and ``n`` the number of
-ranks. The counts are of the bandwidth-optimal ring algorithms, which NCCL uses for large
-tensors: a ring all-reduce is a reduce-scatter followed by an all-gather, and in each of them a
-rank sends n - 1 chunks of B / n bytes. No rank can send less: in an all-gather every rank must
-receive the (n - 1) n-ths it lacks, and in a ring each byte a rank receives is a byte its
-neighbour sent, so the ring is as fast as one link allows. (NCCL-tests print this as "bus
-bandwidth": algorithm bandwidth B / t times 2(n-1)/n for all-reduce, (n-1)/n for the others.)
+ranks. The counts are of the bandwidth-optimal algorithms NCCL uses for large tensors. A ring
+all-reduce is a reduce-scatter followed by an all-gather, and in each of them a rank sends
+n - 1 chunks of B / n bytes. No rank can send less: in an all-gather every rank must receive the
+(n - 1) n-ths it lacks, and in a ring each byte a rank receives is a byte its neighbour sent, so
+the ring is as fast as one link allows. An all-to-all is no ring: each rank sends its distinct
+B / n to each other rank directly (point to point, through a switch such as NVSwitch), (n - 1)
+of them; forwarded around a ring it would cost each rank (n - 1) B / 2. (NCCL-tests print these
+counts as "bus bandwidth": algorithm bandwidth B / t times 2(n-1)/n for all-reduce, (n-1)/n for
+the others.)
 
 Every function here is pure and runs in one process; lesson 07's measurements start several
 processes with a helper script, and compare them with these counts.
@@ -55,13 +58,14 @@ def _positive_number(name: str, value: object, allow_zero: bool = False) -> floa
 
 
 def collective_bytes(op: str, tensor_bytes: int, world_size: int) -> int:
-    """Bytes one rank sends in the ring algorithm of a collective over a tensor of B bytes.
+    """Bytes one rank sends in a collective over a tensor of B bytes, by the bandwidth-optimal
+    algorithm: the ring, and for all-to-all a direct exchange between every pair of ranks.
 
         op                 bytes one rank sends
-        "all_reduce"       2 (n-1)/n B   (a reduce-scatter, then an all-gather)
+        "all_reduce"       2 (n-1)/n B   (a ring reduce-scatter, then a ring all-gather)
         "reduce_scatter"   (n-1)/n B     (n-1 steps, one chunk of B/n each)
         "all_gather"       (n-1)/n B     (B is the gathered tensor, n shards of B/n)
-        "all_to_all"       (n-1)/n B     (a distinct B/n to each other rank)
+        "all_to_all"       (n-1)/n B     (a distinct B/n sent directly to each other rank)
 
     Args:
         op: one of ``COLLECTIVES``.

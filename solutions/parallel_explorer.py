@@ -13,8 +13,13 @@ fastest, then the data-parallel rank, then the pipeline stage; a node holds 8 co
 A group whose GPUs all sit in one node talks over NVLink; any other group over the NICs, one per
 GPU. Assumptions, each stated where it is used: bf16 weights and gradients with fp32 master
 weights and AdamW moments (2 + 2 + 12 bytes per parameter, the ZeRO paper's); layers split
-evenly over the stages; attention without stored scores (FlashAttention) and with the
-activations split over the tensor-parallel ranks (sequence parallelism); a 1F1B schedule.
+evenly over the stages; activations counted by Korthikanti et al.'s formula (lesson 05), which
+assumes multi-head attention and a GELU MLP of width 4d (Llama's grouped-query attention and
+SwiGLU MLP keep somewhat different amounts), without stored scores (FlashAttention) and split
+over the tensor-parallel ranks (Megatron's sequence parallelism); a 1F1B schedule; ZeRO-3
+gathering the weights once for the forward passes and once for the backward passes of a step,
+however many micro-batches it holds (FSDP with gradient accumulation gathers them again for
+every micro-batch unless told to keep them).
 """
 
 from __future__ import annotations
@@ -73,7 +78,9 @@ def parallel_plan(shape: dict, dp: int, tp: int, pp: int, zero_stage: int, micro
         ``"pipeline"``) with ``links`` (``"NVLink"`` or ``"NIC"``); ``bubble``;
         ``compute_seconds``, ``backward_seconds``, ``step_seconds``; ``tokens_per_step``;
         ``min_tokens_to_hide`` (tokens per data-parallel replica per step, at this MFU) and
-        ``tokens_per_replica``; ``hidden`` (whether the data-parallel traffic hides).
+        ``tokens_per_replica``; ``hidden`` (whether the data-parallel traffic hides). Under
+        ZeRO-3 the threshold is 1.5 times ``min_tokens_to_hide_allreduce``'s, since its
+        traffic is 1.5 times an all-reduce's.
     """
     for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("microbatches", microbatches),
                         ("micro_batch_size", micro_batch_size), ("seq_len", seq_len)):
@@ -129,7 +136,8 @@ def parallel_plan(shape: dict, dp: int, tp: int, pp: int, zero_stage: int, micro
         "traffic": traffic, "seconds": seconds, "links": links, "bubble": bubble,
         "compute_seconds": compute, "backward_seconds": backward, "step_seconds": step,
         "tokens_per_step": dp * tokens_per_replica, "tokens_per_replica": tokens_per_replica,
-        "min_tokens_to_hide": min_tokens_to_hide_allreduce(rate, bandwidth[links["data"]], dp),
+        "min_tokens_to_hide": (1.5 if zero_stage == 3 else 1) * min_tokens_to_hide_allreduce(
+            rate, bandwidth[links["data"]], dp),
         "hidden": seconds["data"] <= backward,
     }
 

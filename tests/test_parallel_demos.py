@@ -139,9 +139,10 @@ def _children(pid: int) -> set[int]:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ranks die with the script on Linux only")
-def test_killing_the_script_leaves_no_rank_behind() -> None:
-    """A notebook's interrupt or timeout kills the script with SIGKILL, which it cannot catch:
-    its ranks must die with it all the same."""
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_killing_the_script_leaves_no_rank_behind(how: signal.Signals) -> None:
+    """A notebook's timeout kills the script with SIGKILL, which it cannot catch, and Ctrl-C
+    in a terminal sends SIGINT: either way its ranks end with it."""
     process = subprocess.Popen([sys.executable, str(SCRIPT), "ddp", "--world-size", "2",
                                 "--steps", "1000", "--hidden", "256"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -151,8 +152,8 @@ def test_killing_the_script_leaves_no_rank_behind() -> None:
         time.sleep(0.2)
         ranks = _children(process.pid)
     assert len(ranks) >= 2, "the ranks did not start"
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    os.kill(process.pid, how)
+    assert process.wait(timeout=30) == (-9 if how == signal.SIGKILL else 130)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists()
                                               and _state(pid) != "Z" for pid in ranks):
@@ -247,3 +248,16 @@ def test_largest_fitting_is_the_last_n_that_fits(budget, per_item) -> None:
         assert largest == 0
     else:
         assert bytes_of(largest) <= budget < bytes_of(largest + 1)
+
+
+def test_spawned_ranks_work_as_nccls_would_be_started(monkeypatch) -> None:
+    """NCCL's ranks are spawned, not forked (CUDA cannot be used in a forked child of a process
+    that asked CUDA anything): the spawned path runs here on gloo, the only backend a machine
+    without GPUs has."""
+    monkeypatch.syspath_prepend(str(LESSON.folder))
+    import distributed_demos
+
+    assert distributed_demos.start_method("nccl") == "spawn"
+    monkeypatch.setattr(distributed_demos, "start_method", lambda backend: "spawn")
+    result = distributed_demos.launch("allreduce", {"sizes": [4096], "repeats": 1}, 2, "gloo")
+    assert result["correct"]

@@ -62,10 +62,15 @@ def test_every_number_of_a_plan_is_the_lessons_functions(dp, tp, pp, stage, micr
     assert got["gpus"] == dp * tp * pp and got["nodes"] == math.ceil(dp * tp * pp / 8)
     rate = 0.5 * PEAK
     bandwidth = NODE["nvlink_bytes_per_s"] if tp * dp <= 8 else NODE["nic_bytes_per_s"]
-    assert got["min_tokens_to_hide"] == min_tokens_to_hide_allreduce(rate, bandwidth, dp)
-    # hidden exactly when the replica's tokens reach the minimum (stages 0-2: an all-reduce)
-    if stage < 3 and dp > 1 and shard % dp == 0:
-        assert got["hidden"] == (got["tokens_per_replica"] >= got["min_tokens_to_hide"])
+    # ZeRO-3 sends 1.5 times an all-reduce's bytes, so it needs 1.5 times the tokens
+    assert got["min_tokens_to_hide"] == (1.5 if stage == 3 else 1) \
+        * min_tokens_to_hide_allreduce(rate, bandwidth, dp)
+    # hidden exactly when the replica's tokens reach the minimum (the ratio may round either
+    # way at the boundary, so only where the two are apart)
+    if dp > 1 and shard % dp == 0 and not ckpt:
+        ratio = got["tokens_per_replica"] / got["min_tokens_to_hide"]
+        if abs(ratio - 1) > 1e-9:
+            assert got["hidden"] == (ratio > 1)
     assert got["step_seconds"] >= got["compute_seconds"] / (1 - got["bubble"])
 
 
@@ -138,6 +143,12 @@ def test_the_numbers_of_lesson_07s_text() -> None:
     compute = 6 * 8192 * model_params(LLAMA) / LLAMA["n_layers"] / 8 / (0.4 * PEAK)
     assert per_layer / NODE["nvlink_bytes_per_s"] < compute / 5
     assert per_layer / NODE["nic_bytes_per_s"] > compute
+    # section 7: per token and block, 8 (t-1)/t d e bytes: 14 d at t = 8 in bf16, 115 KB
+    per_token = tensor_parallel_bytes(1, 1, LLAMA["d_model"], 8)
+    assert per_token == 14 * LLAMA["d_model"] and round(per_token / 1e3) == 115
+    # section 1: 1.75 B at 8 ranks, 2 B to three digits at 1024
+    assert collective_bytes("all_reduce", 8 * 10**6, 8) == 1.75 * 8 * 10**6
+    assert round(collective_bytes("all_reduce", 1024 * 10**6, 1024) / (1024 * 10**6), 2) == 2.0
     # section 8: 4 stages, 8 micro-batches
     assert round(pipeline_bubble_fraction(4, 8), 4) == 0.2727
 
@@ -153,6 +164,8 @@ def test_the_layouts_of_section_9_and_the_things_to_try() -> None:
     assert not zero3["fits"] and tensor["fits"] and pipeline["fits"]
     assert zero3["traffic"]["data"] * 2 == 3 * zero_comm_bytes(-(-model_params(LLAMA) // 1),
                                                                1024, 2)
+    # "three times the bf16 gradients' bytes"
+    assert round(zero3["traffic"]["data"] / (2 * model_params(LLAMA)), 2) == 3.0
     assert tensor["traffic"]["tensor"] > 1e12 and tensor["links"]["tensor"] == "NVLink"
     assert pipeline["memory_total"] < tensor["memory_total"]
     assert 0.03 < pipeline["bubble"] < 0.05  # "a few percent with 64 micro-batches"
@@ -183,4 +196,4 @@ def test_lesson_07_states_no_number_its_tests_do_not() -> None:
     for figure in ["17,000", "7,000", "1,900", "78%", "8,192 of the 10,452",
                    "172 GB", "35 GB", "13 GB", "(16%)", "43%", "7,700", "5B, 14.5B, 21.3B or 40B"]:
         assert figure in text, figure
-    assert not re.search(r"\btens of µs\b", text)
+    assert not re.search(r"\btens of µs\b|laptop", text)

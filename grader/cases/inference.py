@@ -82,9 +82,9 @@ CASES: dict[str, list[Case | str]] = {
         raises(f"decode_tokens_per_second({_7B}, 1, 4096, {_KV_7B}, 989.4e12, -1.0)",
                "ValueError"),
     ],
-    # the graded prediction, within 5% as in lessons 06 and 07: counting the last new token
-    # too (48 tokens instead of 47, 2.1% more) still scores; forgetting the values (half) or
-    # the batch does not
+    # the graded prediction, within 1%: the lesson's point is that the cache holds P + n - 1
+    # tokens, so counting the last new token too (48 tokens, 2.1% more) misses, as do
+    # forgetting the values (half) or the batch
     "predicted_cache_bytes_after_generation": [
-        Case("float(predicted_cache_bytes_after_generation)", rel_tol=0.05)],
+        Case("float(predicted_cache_bytes_after_generation)", rel_tol=0.01)],
 }

@@ -53,6 +53,8 @@ from torch.nn.parallel import DistributedDataParallel
 BACKENDS = ("auto", "gloo", "nccl")
 # Forking after `import torch` is how DataLoader starts its workers on Linux, and it spares each
 # rank a second of importing torch again; elsewhere fork is unsafe, and spawn is the default.
+# NCCL's ranks are always spawned: CUDA cannot be used in a process forked from one that has
+# asked CUDA anything (as choosing the backend does).
 START_METHOD = "fork" if sys.platform == "linux" else "spawn"
 MAX_WORLD_SIZE = 8
 MAX_TENSOR_BYTES = 256 * 2**20  # each rank holds two float32 buffers of this size
@@ -398,6 +400,11 @@ def choose_backend(requested: str, world_size: int) -> str:
     return requested
 
 
+def start_method(backend: str) -> str:
+    """How the ranks are started: spawned for NCCL, else ``START_METHOD``."""
+    return "spawn" if backend == "nccl" else START_METHOD
+
+
 def launch(command: str, options: dict[str, Any], world_size: int,
            backend: str = "gloo") -> Result:
     """Run demo ``command`` on ``world_size`` ranks and return rank 0's result.
@@ -409,7 +416,7 @@ def launch(command: str, options: dict[str, Any], world_size: int,
     with tempfile.TemporaryDirectory(prefix="distributed_demos_") as folder:
         context = mp.start_processes(
             _run_rank, args=(command, options, world_size, folder, os.getpid(), backend),
-            nprocs=world_size, join=False, start_method=START_METHOD)
+            nprocs=world_size, join=False, start_method=start_method(backend))
         try:
             while not context.join():
                 pass
@@ -465,7 +472,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The command line: one subcommand per demo."""
+    """The command line: one subcommand per demo (``parser.commands`` maps each name to its
+    own parser, whose usage line an error about its options shows)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     allreduce = commands.add_parser("allreduce", help="time gloo all-reduces of several sizes")
@@ -484,6 +492,7 @@ def _parser() -> argparse.ArgumentParser:
                              help=f"number of processes (1 to {MAX_WORLD_SIZE})")
         command.add_argument("--backend", choices=BACKENDS, default="auto",
                              help="auto: NCCL with a GPU per rank, else gloo on the CPU")
+    parser.commands = {"allreduce": allreduce, "zero": zero, "ddp": ddp}
     return parser
 
 
@@ -496,18 +505,22 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the demo and print its result as one JSON object.
 
     Returns:
-        0 on success, 1 when a rank failed; bad options exit with 2 through argparse.
+        0 on success, 1 when a rank failed, 130 when interrupted (Ctrl-C); bad options exit
+        with 2 through argparse.
     """
     parser = _parser()
     args = parser.parse_args(argv)
     try:
         _check_range("--world-size", args.world_size, 1, MAX_WORLD_SIZE)
         options = _options(args)
-        # ZeroRedundancyOptimizer's demo counts CPU tensors' bytes: it always runs on gloo.
+        # ZeroRedundancyOptimizer's demo counts CPU tensors' bytes: it runs on gloo only.
+        if args.command == "zero" and args.backend == "nccl":
+            raise ValueError("the zero demo counts the bytes of CPU tensors: it runs on gloo "
+                             "only (leave out --backend, or give gloo)")
         backend = "gloo" if args.command == "zero" else choose_backend(args.backend,
                                                                        args.world_size)
     except ValueError as error:
-        parser.error(str(error))
+        parser.commands[args.command].error(str(error))
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     start = time.perf_counter()
     try:
@@ -517,10 +530,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.world_size} failed, the other ranks were stopped: {error}",
               file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the ranks were stopped on the way out of launch
+        print(f"{Path(__file__).name} {args.command}: interrupted; every rank was stopped",
+              file=sys.stderr)
+        return 130
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     header = {"command": args.command, "world_size": args.world_size, "backend": backend,
               "cuda_gpus": gpus, "cpu_count": os.cpu_count(),
-              "torch_version": torch.__version__, "start_method": START_METHOD,
+              "torch_version": torch.__version__, "start_method": start_method(backend),
               "threads_per_rank": 1, "seconds_total": time.perf_counter() - start}
     print(json.dumps({**header, **result}, indent=2))
     return 0
