@@ -27,6 +27,7 @@ from solutions.parallel import (
     zero_bytes_per_device,
     zero_comm_bytes,
 )
+from solutions.parallel_demos import pipeline_schedule
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 H100 = json.loads((DATA / "hardware.json").read_text())["accelerators"]["H100 SXM"]
@@ -169,52 +170,17 @@ def test_the_interconnect_figures_and_what_they_hide() -> None:
     assert math.isclose(nic / nvlink, 9)
 
 
-def simulated_pipeline(p: int, m: int, schedule: str, backward_slots: int) -> Fraction:
-    """The idle share of p stages running m micro-batches, each task started as soon as its
-    input exists and its stage is free, in the order each stage runs them: GPipe (all forward
-    passes, then all backward passes) or 1F1B (Narayanan et al. 2021, figure 4: stage j runs
-    p - 1 - j forward passes ahead, then alternates one backward pass and one forward pass)."""
-    orders = []
-    for stage in range(p):
-        forward, backward = [("F", i) for i in range(m)], [("B", i) for i in range(m)]
-        if schedule == "gpipe":
-            orders.append(forward + backward)
-            continue
-        warm = min(p - 1 - stage, m)
-        order = forward[:warm]
-        for i in range(m - warm):
-            order += [forward[warm + i], backward[i]]
-        orders.append(order + backward[m - warm:])
-    done: dict[tuple[str, int, int], int] = {}
-    free = [0] * p
-    position = [0] * p
-    while any(position[s] < len(orders[s]) for s in range(p)):
-        progressed = False
-        for stage in range(p):
-            if position[stage] == len(orders[stage]):
-                continue
-            kind, i = orders[stage][position[stage]]
-            needs = ((kind, i, stage - 1) if kind == "F" and stage else
-                     ("B", i, stage + 1) if kind == "B" and stage < p - 1 else
-                     ("F", i, stage) if kind == "B" else None)
-            if needs is not None and needs not in done:
-                continue
-            start = max(free[stage], done[needs] if needs else 0)
-            free[stage] = done[(kind, i, stage)] = start + (1 if kind == "F" else backward_slots)
-            position[stage] += 1
-            progressed = True
-        assert progressed, "the schedule deadlocked"
-    makespan = max(free)
-    busy = m * (1 + backward_slots)
-    return 1 - Fraction(busy, makespan)
-
-
 @given(st.integers(1, 8), st.integers(1, 12), st.sampled_from(["gpipe", "1f1b"]),
        st.integers(1, 3))
 def test_the_bubble_is_that_of_a_simulated_schedule(p, m, schedule, backward_slots) -> None:
-    simulated = simulated_pipeline(p, m, schedule, backward_slots)
-    assert math.isclose(pipeline_bubble_fraction(p, m), float(simulated), rel_tol=1e-12)
-    assert simulated == Fraction(p - 1, m + p - 1)
+    """Narayanan et al. 2021: GPipe and 1F1B idle (p-1)/(m+p-1) of the time, whatever a
+    backward pass costs. The schedule is simulated task by task (solutions/parallel_demos.py,
+    whose timetable tests/test_parallel_demos.py checks), the idle share counted exactly."""
+    tasks = pipeline_schedule(p, m, schedule, backward_slots)
+    makespan = max(end for *_, end in tasks)
+    idle = 1 - Fraction(sum(end - start for *_, start, end in tasks), p * makespan)
+    assert idle == Fraction(p - 1, m + p - 1)
+    assert math.isclose(pipeline_bubble_fraction(p, m), float(idle), rel_tol=1e-12)
 
 
 class _Counted:

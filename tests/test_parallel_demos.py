@@ -32,7 +32,6 @@ from solutions.parallel_demos import (
     ring_schedule,
     run_demo,
 )
-from tests.test_parallel import simulated_pipeline
 
 LESSON = load_lesson("07_many_devices")
 SCRIPT = LESSON.folder / "distributed_demos.py"
@@ -218,11 +217,11 @@ def test_the_ring_schedule_sends_one_chunk_per_rank_per_step_and_ends_complete(n
 
 
 @given(st.integers(1, 8), st.integers(1, 12), st.sampled_from(["gpipe", "1f1b"]))
-def test_the_pictured_schedule_idles_as_the_independent_simulation(p, m, schedule) -> None:
+def test_the_pictured_schedule_respects_its_dependencies_and_idles_as_narayanan_says(
+        p, m, schedule) -> None:
     tasks = pipeline_schedule(p, m, schedule)
     assert len(tasks) == 2 * p * m
     share = idle_share(tasks, p)
-    assert math.isclose(share, float(simulated_pipeline(p, m, schedule, 2)), abs_tol=1e-12)
     assert math.isclose(share, float(Fraction(p - 1, m + p - 1)), abs_tol=1e-12)
     end = {(stage, kind, i): e for stage, kind, i, _, e in tasks}
     for stage, kind, i, start, _ in tasks:  # nothing starts before its input exists
