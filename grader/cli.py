@@ -25,6 +25,8 @@ python -m grader feedback LESSON [--zip]          HTML feedback per student (--z
 python -m grader export [--format csv|canvas|moodle] [--roster FILE] [--assignments FILE]
                  [--include-flagged] [--per-exercise] [--csv FILE]
 python -m grader report LESSON                    pass rates, score histogram, flagged ones
+python -m grader similarity LESSON              pairs of alike submissions (a hint, HTML)
+                 [--threshold F] [--min-shared N] [--ignore-common N]
 python -m grader review LESSON [STUDENT]          flagged submissions; one student's grading
                  [--accept | --set EXERCISE=POINTS | --total POINTS] [--note TEXT]
                  [--clear EXERCISE] [--clear-total] [--regrade] [--by NAME]
@@ -32,8 +34,9 @@ python -m grader lab [--smoke] [--reset LESSON]   the student workspace in Jupyt
 python -m grader progress [LESSON ...]            which of your exercises pass their checks
 python -m grader demo LESSON [--fresh]            a lesson's instructor version, for class
 python -m grader worker --broker URL             run submissions sent by autograde --broker
-(every command takes --course-dir DIR (default: .course/ in the repository) and --db-url URL
- (default: sqlite:///<course-dir>/gradebook.db; PostgreSQL for several graders))
+(every command takes --course-dir DIR (default: .course/ in the repository), --db-url URL
+ (default: sqlite:///<course-dir>/gradebook.db; PostgreSQL for several graders) and
+ --deadlines FILE (default: <course-dir>/deadlines.toml, if there is one))
 """
 
 # Options every command takes, before or after the command's name.
@@ -42,6 +45,8 @@ GLOBAL_OPTIONS = {
                    "where grader state lives (default: .course/ in the repository)"),
     "db_url": ("--db-url", "URL", "the gradebook's database, a SQLAlchemy URL (default: "
                "sqlite:///<course-dir>/gradebook.db); postgresql://... for several graders"),
+    "deadlines": ("--deadlines", "FILE", "due dates, extensions and late policy (default: "
+                  "<course-dir>/deadlines.toml where it exists; none: no late penalty)"),
 }
 
 
@@ -88,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("--discard-overrides", action="store_true",
                            help="drop the review decisions of each student graded (default: "
                                 "kept, and applied to the new grades)")
+    autograde.add_argument("--times", type=Path, metavar="FILE",
+                           help="CSV student_id,submitted_at: each hand-in's time, for the late "
+                                "policy (default: what the download gives, if anything)")
     autograde.add_argument("--broker", metavar="URL",
                            help="send submissions to workers on this Celery broker "
                                 "(redis://HOST:PORT/0) instead of grading here")
@@ -101,6 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", parents=[common],
                                  help="pass rates, score histogram, flagged submissions")
     report.add_argument("lesson", metavar="LESSON")
+
+    similar = commands.add_parser(
+        "similarity", parents=[common], help="pairs of submissions with alike exercise code",
+        description="Compare every pair of graded submissions' exercise code (the released "
+                    "starter code left out) and write reports/LESSON/similarity.html, the "
+                    "shared fragments side by side: a hint for a human, not a finding.")
+    similar.add_argument("lesson", metavar="LESSON")
+    similar.add_argument("--threshold", type=float, default=0.8, metavar="F",
+                         help="list a pair when this share of either student's code is also "
+                              "in the other's (default: %(default)s)")
+    similar.add_argument("--min-shared", type=int, default=20, metavar="N",
+                         help="and they share at least N fingerprints, a few lines "
+                              "(default: %(default)s)")
+    similar.add_argument("--ignore-common", type=int, default=10, metavar="N",
+                         help="leave out fragments found in more than N submissions, as MOSS "
+                              "does; 0 keeps them all (default: %(default)s)")
 
     review = commands.add_parser(
         "review", parents=[common], help="flagged submissions, and the instructor's decisions",
@@ -216,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
     from grader.course import open_course
 
-    course = open_course(args.course_dir, db_url=args.db_url)
+    course = open_course(args.course_dir, db_url=args.db_url, deadlines=args.deadlines)
     if args.command == "release":
         for lesson in lesson_names(args.lessons):
             course.release(lesson)
@@ -230,7 +254,8 @@ def run(args: argparse.Namespace) -> int:
                                     use_sandbox=not args.no_sandbox, limits=limits,
                                     partial=args.partial_credit, resume=args.resume,
                                     broker=args.broker, layout=args.layout,
-                                    discard_overrides=args.discard_overrides)
+                                    discard_overrides=args.discard_overrides,
+                                    times=args.times)
         counts = {s: sum(v["status"] == s for v in statuses.values())
                   for s in ("graded", "needs_review", "invalid")}
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(statuses)}")
@@ -245,6 +270,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "review":
         return review_command(course, args)
+    if args.command == "similarity":
+        from grader.similarity import similarity
+
+        similarity(course, load_lesson(args.lesson), args.threshold, args.min_shared,
+                   args.ignore_common)
+        return 0
     if args.command == "export":
         from grader.export import export, export_per_exercise
 

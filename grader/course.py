@@ -34,6 +34,7 @@ from pathlib import Path
 
 import nbformat
 
+from grader import deadlines as deadlines_mod
 from grader import ledger
 from grader.autograde import Graded, grade_submission
 from grader.handins import LABELS, Handin, named_by_lms, recognise
@@ -64,10 +65,12 @@ c.CourseDirectory.db_url = {db_url!r}
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "grader.preprocessors.ShowReview",
+    "grader.preprocessors.ShowLate",
     "grader.preprocessors.RedactHiddenTests",
     "grader.preprocessors.SanitizeUntrusted",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+c.ShowLate.deadlines_file = {deadlines!r}
 c.HTMLExporter.template_name = "ctc_feedback"  # nbgrader's feedback, one block changed
 c.HTMLExporter.template_file = "ctc.html.j2"
 c.HTMLExporter.extra_template_basedirs = [{templates!r}, {nbgrader_templates!r}]
@@ -81,6 +84,7 @@ class Course:
     root: Path
     log: Callable[[str], None] = print
     database: str | None = None  # a SQLAlchemy URL; None: gradebook.db in the course directory
+    deadlines_file: Path | None = None  # None: deadlines.toml in the course directory
 
     def __post_init__(self) -> None:
         self._details: dict[str, dict[str, dict]] = {}
@@ -90,8 +94,11 @@ class Course:
         if self.root.exists() and not self.root.is_dir():
             raise CourseError(f"course directory {self.root} exists and is not a folder")
         self.root.mkdir(parents=True, exist_ok=True)
+        self.deadlines_file = (self.deadlines_file.resolve() if self.deadlines_file
+                               else self.root / "deadlines.toml")
         (self.root / "nbgrader_config.py").write_text(CONFIG_TEMPLATE.format(
             root=str(self.root), course_id=COURSE_ID, db_url=self.db_url,
+            deadlines=str(self.deadlines_file),
             templates=str(Path(__file__).resolve().parent / "templates"),
             nbgrader_templates=_nbgrader_templates()))
 
@@ -151,13 +158,15 @@ class Course:
                   partial: bool = False, resume: bool = False, broker: str | None = None,
                   layout: str | None = None, keep_handins: bool = False,
                   discard_overrides: bool = False, by: str | None = None,
-                  ) -> dict[str, dict[str, str]]:
+                  times: Path | None = None) -> dict[str, dict[str, str]]:
         """Grade every student's notebook in ``submissions``: a folder or a zip, in the
         grader's own layout or as an LMS delivers it (``layout``: see grader/handins.py;
         recognised from the files when None). ``keep_handins``: what an earlier download said
         of each hand-in (name, late mark, layout) stands (a regrade of stored notebooks).
         The review decisions in force for a student are kept and applied to the new grades,
-        unless ``discard_overrides`` (logged as ``by``'s decision)."""
+        unless ``discard_overrides`` (logged as ``by``'s decision). Each hand-in's submission
+        time is stored (grader/deadlines.py): from ``times`` (the instructor's timestamps
+        file) where it names the student, else what the layout gives."""
         if not submissions.exists():
             raise CourseError(f"no such submissions folder or zip: {submissions}")
         if use_sandbox and bwrap_path() is None:
@@ -178,6 +187,9 @@ class Course:
                      "limits do not count shared memory, and a busy submission can slow the "
                      "one graded beside it (see README, 'How a submission is graded')")
         limits = limits or Limits()
+        deadlines = self.deadlines()
+        stamped = deadlines_mod.times_file(times, deadlines.zone if deadlines else None) \
+            if times is not None else {}
         statuses: dict[str, dict[str, str]] = {}
         with _unpacked(submissions, self.root) as received:
             layout, handins, notes = recognise(received.root, lesson.name,
@@ -198,6 +210,13 @@ class Course:
             for note in received.notes:
                 self.log(note)
             self._handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
+            if not keep_handins:  # a regrade keeps the time of the original hand-in
+                try:
+                    self._store_times(lesson, layout, handins, received, stamped, deadlines)
+                except Exception as error:  # the grades matter more than the times
+                    self.log(f"note: the submission times could not be stored "
+                             f"({type(error).__name__}: {inert(str(error), 200)}); no late "
+                             "penalty can be computed for this batch")
             if keep_handins:
                 before = self.statuses(lesson.name).get(lesson.name, {})
                 self._handins[lesson.name].update({
@@ -247,6 +266,41 @@ class Course:
                 progress.finish()
                 self._record(lesson, statuses)
         return statuses
+
+    def deadlines(self):
+        """The deadlines file (grader/deadlines.py), or None where there is none."""
+        return deadlines_mod.load(self.deadlines_file, required=self.deadlines_file
+                                  != self.root / "deadlines.toml")
+
+    def _store_times(self, lesson: Lesson, layout: str, handins: list[Handin],
+                     received: Received, stamped: dict[str, float], deadlines) -> None:
+        """Each hand-in's submission time, best source first: the timestamps file, the
+        layout's own (nbgrader's timestamp.txt, Gradescope's created_at, Blackboard's attempt
+        date), the notebook's time in a zip, Canvas's LATE mark; else none."""
+        zone = deadlines.zone if deadlines else None
+        rows = {}
+        for handin in handins:
+            if not valid_student_id(handin.student_id):
+                continue
+            at, source = handin.submitted_at, handin.time_source
+            if handin.student_id in stamped:
+                at, source = stamped[handin.student_id], "the timestamps file"
+            elif at is None and handin.local_time:
+                at = deadlines_mod.naive_time(handin.local_time, zone, "Blackboard's date")
+                source = "Blackboard's attempt date" if at is not None else \
+                    "Blackboard's attempt date (no timezone in the deadlines file to read it in)"
+            elif at is None and handin.notebook is not None and layout != "canvas" \
+                    and str(handin.notebook) in received.member_times:
+                at = deadlines_mod.naive_time(received.member_times[str(handin.notebook)],
+                                              zone, "zip time")
+                source = "the notebook's time in the zip" if at is not None else \
+                    "the zip's time (no timezone in the deadlines file to read it in)"
+            if at is None and not source:
+                source = "Canvas's LATE mark" if handin.late else (
+                    "Canvas: not marked late" if layout == "canvas" else "none")
+            rows[handin.student_id] = {"submitted_at": at, "source": source,
+                                       "late_mark": handin.late}
+        deadlines_mod.write_times(self.db_url, lesson.name, rows)
 
     def _grade_on_workers(self, lesson: Lesson, pending: list, limits: Limits, partial: bool,
                           use_sandbox: bool, broker: str,
@@ -478,14 +532,36 @@ class Course:
             row["review"] = state.summary() if state else ""
             row["review_note"] = "; ".join(d.note for d in in_force if d.note)
             row["reviewed_by"] = f"{in_force[-1].by} {in_force[-1].when}" if in_force else ""
-            if state is None:
-                continue
-            if state.total is not None:
-                row["score"] = min(max(float(state.total.points or 0.0), 0.0),
-                                   float(row["max_score"]))
-            if state.resolved and row["status"] != "graded":
-                row["status"] = "graded"
+            if state is not None:
+                if state.total is not None:
+                    row["score"] = min(max(float(state.total.points or 0.0), 0.0),
+                                       float(row["max_score"]))
+                if state.resolved and row["status"] != "graded":
+                    row["status"] = "graded"
+        self._apply_deadlines(rows)
         return rows
+
+    def _apply_deadlines(self, rows: list[dict]) -> None:
+        """The late penalty, after review: ``raw_score`` is the score review left,
+        ``late_penalty`` the points lost, ``score`` what remains (grader/deadlines.py)."""
+        deadlines = self.deadlines()
+        times = deadlines_mod.read_times(self.db_url) if deadlines else {}
+        for row in rows:
+            raw = float(row["score"])
+            row.update(raw_score=raw, late_penalty=0.0, submitted_at="", time_source="",
+                       due="", late_note="")
+            if deadlines is None:
+                continue
+            known = times.get((str(row["lesson"]), str(row["student_id"])),
+                              {"submitted_at": None, "source": "none", "late_mark": False})
+            late = deadlines.judge(str(row["lesson"]), str(row["student_id"]),
+                                   known["submitted_at"], known["source"],
+                                   bool(known["late_mark"]))
+            penalty = round(raw * late.fraction, 6)
+            row.update(late_penalty=penalty, score=raw - penalty,
+                       submitted_at=_iso(late.submitted), time_source=late.source,
+                       due=_iso(late.due) + (" (extended)" if late.extended else ""),
+                       late_note=late.note)
 
     # ------------------------------------------------------------------ feedback
 
@@ -693,6 +769,10 @@ def _handin_fields(status: dict) -> dict[str, object]:
             "remarks": handin.get("remarks", []), "lms_id": handin.get("lms_id", "")}
 
 
+def _iso(when) -> str:
+    return when.isoformat(timespec="seconds") if when is not None else ""
+
+
 def _nbgrader_templates() -> str:
     """nbgrader's own template folder (its feedback template, which ours extends)."""
     import nbgrader
@@ -706,5 +786,6 @@ def _tail(text: str, lines: int = 25) -> str:
 
 
 def open_course(course_dir: str | None, log: Callable[[str], None] = print,
-                db_url: str | None = None) -> Course:
-    return Course(Path(course_dir) if course_dir else DEFAULT_COURSE_DIR, log, db_url)
+                db_url: str | None = None, deadlines: str | None = None) -> Course:
+    return Course(Path(course_dir) if course_dir else DEFAULT_COURSE_DIR, log, db_url,
+                  Path(deadlines) if deadlines else None)

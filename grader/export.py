@@ -4,7 +4,10 @@
   reason, name, late, from, lms_id`` (``lms_id``: the LMS's own id where it could not be the
   gradebook's), then ``computed_score, review, review_note, reviewed_by`` (the grader's own
   score and the review decisions in force: grader/review.py) and a column per exercise,
-  ``LESSON/EXERCISE``. ``export_per_exercise``: one row per student, lesson and exercise.
+  ``LESSON/EXERCISE``, then the late policy's ``raw_score, late_penalty, final_score,
+  submitted_at, time_source, due, late_note`` (grader/deadlines.py; ``score`` is the final
+  score, after review and penalty, and so is what the LMS exports write).
+  ``export_per_exercise``: one row per student, lesson and exercise.
 - ``canvas``: Canvas's Gradebook import file (Canvas Instructor Guide, "How do I import grades
   in the Gradebook?"; the importer is ``app/models/gradebook_importer.rb``): the columns
   ``Student, ID, SIS User ID, SIS Login ID, Section``, then one column per lesson headed
@@ -186,6 +189,21 @@ def points_text(value: float) -> str:
     return f"{round(value, 2):.2f}".rstrip("0").rstrip(".")
 
 
+# Appended after the exercise columns (grader/deadlines.py): the score review left, the points
+# the late policy took, the final score (= score), and what the penalty was computed from.
+LATE_COLUMNS = ("raw_score", "late_penalty", "final_score", "submitted_at", "time_source",
+                "due", "late_note")
+
+
+def late_cells(row: dict) -> list:
+    if row.get("score") is None:  # on the roster, no submission
+        return ["", "", "", "", "", "", ""]
+    return [float(row.get("raw_score", row["score"])), float(row.get("late_penalty", 0.0)),
+            float(row["score"]), row.get("submitted_at", ""),
+            display(str(row.get("time_source", ""))), row.get("due", ""),
+            display(str(row.get("late_note", "")))]
+
+
 def exercise_columns(rows: list[dict]) -> list[tuple[str, str]]:
     """(lesson, exercise) of every exercise graded, lessons in order, exercises in the
     notebook's order."""
@@ -275,7 +293,8 @@ def export(course: Course, path: Path, kind: str = "csv",
             writer.writerow(["student_id", "lesson", "score", "max_score", "status", "reason",
                              "name", "late", "from", "lms_id", "computed_score", "review",
                              "review_note", "reviewed_by",
-                             *(f"{lesson}/{name}" for lesson, name in columns)])
+                             *(f"{lesson}/{name}" for lesson, name in columns),
+                             *LATE_COLUMNS])
             for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
                 score = "" if row["score"] is None else float(row["score"])
                 computed = row.get("computed_score")
@@ -291,7 +310,8 @@ def export(course: Course, path: Path, kind: str = "csv",
                                  display(str(row.get("review_note", ""))),
                                  display(str(row.get("reviewed_by", ""))),
                                  *(float(per[name]["score"]) if lesson == row["lesson"]
-                                   and name in per else "" for lesson, name in columns)])
+                                   and name in per else "" for lesson, name in columns),
+                                 *late_cells(row)])
         course.log(f"wrote {len(students)} student(s), {len(lessons)} lesson(s) to {path} "
                    "(scores in raw points)")
         return len(students)

@@ -30,6 +30,7 @@ Names are file names, and so untrusted: they are matched as text, kept as the es
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import stat
@@ -124,6 +125,9 @@ class Handin:
     download_name: str = ""  # how the download named this student's files (feedback folders)
     email: str = ""
     lms_id: str = ""  # the LMS's own id where it cannot be the gradebook's (escaped)
+    submitted_at: float | None = None  # seconds since the epoch, where the layout says
+    time_source: str = ""  # where submitted_at came from
+    local_time: str = ""  # a time with no zone (Blackboard's attempt date), for the course's
 
     def record(self, layout: str) -> dict[str, object]:
         """What the ledger keeps of it (JSON)."""
@@ -436,6 +440,9 @@ def _handin(layout: str, student: str, entries: list[Entry], lesson_name: str,
     handin.download_name, handin.email = latest.download_name, latest.email
     if layout == "blackboard":
         handin.name = _blackboard_metadata(entries)[0] or handin.name
+        handin.local_time = str(latest.order[0])  # the attempt's date, the server's time
+    elif layout == "gradescope" and math.isfinite(latest.order[0]):
+        handin.submitted_at, handin.time_source = latest.order[0], "Gradescope's created_at"
     if all(e.problem for e in entries):
         handin.reasons += sorted({e.problem for e in entries})
         return handin
@@ -463,6 +470,8 @@ def _from_folders(handin: Handin, folders: list[Entry], lesson_name: str, notebo
         notebook, note = find_notebook(where, notebook_name)
         if notebook is not None:
             handin.notebook = notebook
+            if layout == "nbgrader":
+                _nbgrader_time(handin, where)
             if note:
                 handin.reasons.append(note)
             beside = _others(where, notebook)
@@ -475,6 +484,20 @@ def _from_folders(handin: Handin, folders: list[Entry], lesson_name: str, notebo
             return
         last_note = note
     handin.reasons.append(last_note)
+
+
+def _nbgrader_time(handin: Handin, folder: Path) -> None:
+    """The time in nbgrader's ``timestamp.txt`` beside the notebook, where there is one."""
+    from grader.deadlines import nbgrader_timestamp
+
+    stamp = folder / "timestamp.txt"
+    if _size_ok(stamp) and stamp.is_file():
+        try:
+            found = nbgrader_timestamp(stamp.read_bytes()[:200].decode("utf-8", "replace"))
+        except OSError:
+            found = None
+        if found is not None:
+            handin.submitted_at, handin.time_source = found, "nbgrader's timestamp.txt"
 
 
 def _others(folder: Path, notebook: Path) -> list[str]:

@@ -85,6 +85,7 @@ class Received:
     root: Path
     refused_members: list[tuple[list[str], str]] = field(default_factory=list)  # zip: path, why
     notes: list[str] = field(default_factory=list)  # about the whole batch
+    member_times: dict[str, tuple] = field(default_factory=dict)  # zip: path -> its date_time
 
 
 def find_notebook(folder: Path, expected: str) -> tuple[Path | None, str]:
@@ -162,6 +163,8 @@ def unpack_zip(archive_path: Path, into: Path,
             target = into.joinpath(*parts) if problem is None else None
             if target is not None and not member.is_dir():
                 problem = _extract(archive, member, target)
+                if problem is None:  # a zip's time has no zone: read later in the course's
+                    received.member_times[str(target)] = member.date_time
             elif target is not None:
                 problem = _make_folder(target)
             if problem is not None:

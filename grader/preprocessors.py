@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nbconvert.preprocessors import Preprocessor
 from nbformat import NotebookNode
-from traitlets import Bool
+from traitlets import Bool, Unicode
 
 from grader.lessons import BEGIN_HIDDEN, END_HIDDEN
 
@@ -138,3 +138,44 @@ def _told(decision) -> str:
             "accept": "the computed score stands"}.get(decision.action, "note")
     return f"{what}, by {decision.by} on {decision.when}" + (
         f": {decision.note}" if decision.note else "")
+
+
+class ShowLate(Preprocessor):
+    """Show the late policy's effect on the feedback page (grader/deadlines.py): when the
+    notebook was handed in and how that is known, the due time, and the score before and after
+    the penalty; the page's total becomes the final score. Runs after ShowReview, which has set
+    the total a review decided: the penalty applies to that. Nothing is shown without a
+    deadlines file, or for a lesson it gives no due date."""
+
+    enabled = Bool(True)
+    deadlines_file = Unicode("", help="the course's deadlines file").tag(config=True)
+
+    def preprocess(self, nb: NotebookNode, resources: dict):
+        import html
+        from pathlib import Path
+
+        from nbformat.v4 import new_raw_cell
+
+        from grader import deadlines
+
+        found = deadlines.load(Path(self.deadlines_file)) if self.deadlines_file else None
+        meta = resources.get("nbgrader", {})
+        if found is None or meta.get("assignment") not in found.due:
+            return nb, resources
+        known = deadlines.read_times(meta["db_url"]).get(
+            (meta["assignment"], meta["student"]),
+            {"submitted_at": None, "source": "none", "late_mark": False})
+        late = found.judge(meta["assignment"], meta["student"], known["submitted_at"],
+                           known["source"], bool(known["late_mark"]))
+        raw = float(meta.get("score") or 0.0)
+        final = raw * (1 - late.fraction)
+        meta["score"] = final
+        when = late.submitted.isoformat(timespec="minutes") if late.submitted else "unknown"
+        text = (f"Due {late.due.isoformat(timespec='minutes')}"
+                + (" (your extension)" if late.extended else "")
+                + f"; handed in {when} ({late.source}): {late.note}. "
+                + (f"Score {raw:g}, late penalty {raw - final:g}, final {final:g}."
+                   if late.fraction else ""))
+        nb.cells.insert(0, new_raw_cell(f"<div><p>{html.escape(text)}</p></div>",
+                                        metadata={"format": "text/html"}))
+        return nb, resources

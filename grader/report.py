@@ -71,10 +71,12 @@ def report(course: Course, lesson: Lesson) -> Path:
     lines += [f"  {r['student_id']}" + (f" ({r['name']})" if r.get("name") else "")
               for r in late]
 
+    lines += ["", *_late(course, rows, folder / "late.csv")]
+
     _histogram([float(r["score"]) for r in rows], float(rows[0]["max_score"]), lesson,
                folder / "scores.png")
     lines += ["", f"written: {folder}/pass_rates.csv, exercises.csv, scores.png, flagged.csv, "
-              "handins.csv"]
+              "handins.csv, late.csv"]
     course.log("\n".join(lines))
     return folder
 
@@ -118,6 +120,35 @@ def _per_exercise(rows: list[dict], graded: dict[str, dict], path: Path) -> list
                 lines.append(f"    most failed check ({times}x): {inert(message, 300)}")
             if hidden:
                 lines.append(f"    hidden checks failed in {hidden} submission(s)")
+    return lines
+
+
+def _late(course: Course, rows: list[dict], path: Path) -> list[str]:
+    """The late policy per submission: when it was handed in and how that is known, the due
+    time (after any extension), the score before and after the penalty. Returns the lines to
+    print; those with no known time are named (they pay no penalty)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "submitted_at", "time_source", "due", "raw_score",
+                         "late_penalty", "final_score", "note"])
+        for row in sorted(rows, key=lambda r: str(r["student_id"])):
+            writer.writerow([_safe(str(row["student_id"])), row.get("submitted_at", ""),
+                             _safe(str(row.get("time_source", ""))), row.get("due", ""),
+                             float(row.get("raw_score", row["score"])),
+                             float(row.get("late_penalty", 0.0)), float(row["score"]),
+                             _safe(str(row.get("late_note", "")))])
+    if course.deadlines() is None:
+        return [f"late policy: none (no deadlines file {course.deadlines_file})"]
+    penalised = [r for r in rows if r.get("late_penalty")]
+    unknown = [r for r in rows if r.get("due") and not r.get("submitted_at")
+               and "LATE" not in str(r.get("time_source", ""))]
+    lines = [f"late policy: {len(penalised)} submission(s) penalised"]
+    lines += [f"  {inert(r['student_id'], 120)}: {inert(r.get('late_note', ''))}; "
+              f"{float(r['raw_score']):g} - {float(r['late_penalty']):g} = {float(r['score']):g}"
+              f" ({inert(r.get('time_source', ''))})" for r in penalised]
+    lines.append(f"no submission time known, so no penalty: {len(unknown)}"
+                 + (" (" + inert(", ".join(sorted(str(r["student_id"]) for r in unknown)), 400)
+                    + ")" if unknown else ""))
     return lines
 
 

@@ -12,6 +12,7 @@ COMMANDS = {
     "sync": ["--check"], "release": ["01_float_formats"],
     "autograde": ["01_float_formats", "submissions"], "feedback": ["01_float_formats"],
     "export": [], "report": ["01_float_formats"], "review": ["01_float_formats"],
+    "similarity": ["01_float_formats"],
     "lab": ["--smoke"],
     "demo": ["01_float_formats"], "progress": [], "worker": ["--broker", "redis://x:1/0"],
 }
@@ -32,7 +33,8 @@ def test_every_command_is_listed_here() -> None:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_course_dir_and_db_url_are_honoured_before_and_after_the_command(command: str) -> None:
     rest = COMMANDS[command]
-    for flag, option in (("--course-dir", "course_dir"), ("--db-url", "db_url")):
+    for flag, option in (("--course-dir", "course_dir"), ("--db-url", "db_url"),
+                         ("--deadlines", "deadlines")):
         assert parsed([flag, "A", command, *rest], option) == "A"
         assert parsed([command, flag, "B", *rest], option) == "B"
         assert parsed([command, *rest], option) is None

@@ -1,0 +1,214 @@
+"""``python -m grader similarity``: fingerprints that do not depend on names, layout or the
+process, the starter code left out, and end to end on a graded class of lesson 01: a renamed
+copy found, identical notebooks flagged outright, honest work not listed, an inert page."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import html
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grader.lessons import load_lesson
+from grader.similarity import (
+    Exercise,
+    Submission,
+    answer_cells,
+    compare,
+    fingerprint,
+    flagged_pairs,
+    highlighted,
+    identical_groups,
+    kgram_hashes,
+)
+from tests.grading_helpers import cell, grader, read_notebook, submit
+from tests.test_review import command
+
+LESSON = load_lesson("01_float_formats")
+NOTEBOOK = LESSON.notebook.name
+ENCODE = answer_cells(LESSON.notebook)["encode"]
+
+
+def test_fingerprints_ignore_names_comments_and_blank_lines() -> None:
+    renamed = re.sub(r"\bx\b", "value_in", ENCODE).replace("fmt", "layout")
+    reflowed = "\n\n".join(f"{line}  # mine" if line.strip() else line
+                           for line in renamed.splitlines())
+    assert fingerprint(ENCODE).fingerprints
+    assert fingerprint(reflowed).fingerprints == fingerprint(ENCODE).fingerprints
+
+
+def test_fingerprints_are_the_same_in_every_process() -> None:
+    """Python's own str hash changes with PYTHONHASHSEED; ours must not, or the figures of one
+    class would change from run to run."""
+    script = ("from grader.lessons import load_lesson; from grader.similarity import "
+              "answer_cells, fingerprint; print(sorted(fingerprint(answer_cells("
+              "load_lesson('01_float_formats').notebook)['encode']).fingerprints)[:20])")
+    seen = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True, env={"PYTHONHASHSEED": seed, "PATH": ""},
+                           cwd=Path(__file__).parent.parent).stdout
+            for seed in ("1", "2")}
+    assert len(seen) == 1 and "[]" not in seen
+
+
+@given(st.text(min_size=0, max_size=80))
+def test_kgram_hashes_equal_windows_hash_equal(text: str) -> None:
+    hashes = kgram_hashes(text + text, 5)
+    assert len(hashes) == max(0, 2 * len(text) - 4)
+    if len(text) >= 5:
+        assert hashes[0] == hashes[len(text)]
+        assert (hashes >= 0).all() and (hashes < 2**53).all()
+
+
+def test_starter_fingerprints_are_removed() -> None:
+    starter = fingerprint(ENCODE)
+    assert not fingerprint(ENCODE, starter.fingerprints).fingerprints
+    extra = ENCODE + "\n    total_of_mine = 12345 * 67890 + len(str(13579)) - 24680\n"
+    left = fingerprint(extra, starter.fingerprints).fingerprints
+    assert left and left < fingerprint(extra).fingerprints
+
+
+@given(st.text(alphabet="abcxyz019 +*=()\n", max_size=200),
+       st.text(alphabet="abcxyz019 +*=()\n", max_size=200))
+def test_similarity_is_a_fraction_and_the_pair_is_symmetric(left: str, right: str) -> None:
+    a = Submission("a", "1", {"e": fingerprint(left)})
+    b = Submission("b", "2", {"e": fingerprint(right)})
+    forward, backward = compare([a, b], ["e"]), compare([b, a], ["e"])
+    assert len(forward) == len(backward) <= 1
+    for one, other in zip(forward, backward, strict=True):
+        assert 0 < one.similarity_a <= 1 and 0 < one.similarity_b <= 1
+        assert (one.similarity_a, one.similarity_b) == (other.similarity_b, other.similarity_a)
+        assert one.shared == len(a.exercises["e"].fingerprints & b.exercises["e"].fingerprints)
+
+
+def test_exercises_are_compared_only_with_the_same_exercise() -> None:
+    code = fingerprint(ENCODE)
+    a = Submission("a", "1", {"encode": code})
+    b = Submission("b", "2", {"decode": fingerprint(ENCODE)})
+    assert compare([a, b], ["encode", "decode"]) == []
+    c = Submission("c", "3", {"encode": fingerprint(ENCODE)})
+    [pair] = compare([a, c], ["encode"])
+    assert (pair.similarity_a, pair.similarity_b, pair.exercises) == (1.0, 1.0, ["encode"])
+    assert flagged_pairs([pair], 0.8, len(code.fingerprints) + 1) == []  # too little shared
+
+
+def test_the_untouched_student_version_is_no_identical_group() -> None:
+    subs = [Submission(s, d, {}) for s, d in (("a", "x"), ("b", "x"), ("c", "stub"),
+                                                ("d", "stub"), ("e", "y"))]
+    assert identical_groups(subs, "stub") == [["a", "b"]]
+
+
+def test_highlighted_code_is_escaped_and_marks_the_shared_text() -> None:
+    hostile = "</pre><script>alert(1)</script>\n" + ENCODE
+    left: Exercise = fingerprint(hostile)
+    page = highlighted(left, fingerprint(ENCODE))
+    assert "<script>" not in page and "&lt;/pre&gt;&lt;script&gt;" in page
+    marked = re.findall(r"<mark>(.*?)</mark>", page, re.DOTALL)
+    assert marked and all(html.unescape(m) in hostile for m in marked)
+    assert sum(len(html.unescape(m)) for m in marked) > len(ENCODE) // 2
+
+
+# ------------------------------------------------------------------ end to end
+
+PLANTED = "    scratch_total = 918273 * 5647382 + len(str(1029384)) - 5647\n"
+
+
+def own_work(nb, marker: int):
+    """The reference solution with a line of the student's own in every answer cell."""
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("solution") and "def " in c.source:
+            head, _, body = c.source.partition("\n")
+            c.source = f"{head}\n    mine_{marker} = {marker} * 7919 + {marker * 31} - 1\n{body}"
+    return nb
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """Lesson 01 graded for six: two honest, a copy of one of them with its names changed,
+    two with the same notebook, the untouched student version."""
+    tmp = tmp_path_factory.mktemp("similarity")
+    root = tmp / "course"
+    grader("release", LESSON.name, "--course-dir", root)
+    instructor = read_notebook(LESSON.notebook)
+    honest = own_work(copy.deepcopy(instructor), 1)
+    decode = cell(honest, "decode")
+    decode.source = decode.source.replace("\n", "\n" + PLANTED, 1)
+    decode.source += "\n# </pre><script>alert('x')</script>\n"
+    copier = copy.deepcopy(honest)
+    for c in copier.cells:
+        if c.metadata.get("nbgrader", {}).get("solution"):
+            c.source = re.sub(r"\bmine_1\b", "my_own", c.source).replace("scratch_total",
+                                                                          "tally")
+    folder = tmp / "class"
+    for student, nb in [("honest", honest), ("copier", copier),
+                        ("other", own_work(copy.deepcopy(instructor), 2)),
+                        ("twin_a", instructor), ("twin_b", instructor),
+                        ("untouched", read_notebook(root / "release" / LESSON.name / NOTEBOOK))]:
+        submit(folder, student, nb, NOTEBOOK)
+    grader("autograde", LESSON.name, folder, "--course-dir", root)
+    return root
+
+
+def similar(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict], str]:
+    done = command("similarity", LESSON.name, "--course-dir", root, *args)
+    folder = root / "reports" / LESSON.name
+    with (folder / "similarity.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return done, rows, (folder / "similarity.html").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("similarity")
+def test_a_renamed_copy_is_listed_and_honest_work_is_not(course) -> None:
+    # Fragments in more than two of the six (the reference solution) are left out.
+    done, rows, page = similar(course, "--ignore-common", "2")
+    pairs = {(r["student_a"], r["student_b"]): r for r in rows if not r["identical"]}
+    assert set(pairs) == {("copier", "honest")}, rows
+    assert float(pairs[("copier", "honest")]["similarity_a"]) >= 0.8
+    assert "decode" in pairs[("copier", "honest")]["exercises"].split()
+    assert "hints for a human, not findings" in done.stdout
+    assert "A hint for a human, not a finding" in page
+    assert "<mark>" in page and "tally" in page and "scratch_total" in page
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("similarity")
+def test_identical_notebooks_are_flagged_outright_but_not_the_untouched_version(course) -> None:
+    _, rows, page = similar(course, "--ignore-common", "2")
+    identical = [(r["student_a"], r["student_b"]) for r in rows if r["identical"] == "yes"]
+    assert identical == [("twin_a", "twin_b")]
+    assert "twin_a, twin_b" in page and "untouched" not in page
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("similarity")
+def test_with_every_fragment_kept_the_reference_solution_makes_everyone_alike(course) -> None:
+    """Why --ignore-common exists: six correct notebooks share most of their code."""
+    _, rows, _ = similar(course, "--ignore-common", "0")
+    listed = {s for r in rows if not r["identical"] for s in (r["student_a"], r["student_b"])}
+    assert {"honest", "copier", "other"} <= listed and "untouched" not in listed
+    assert ("twin_a", "twin_b") in {(r["student_a"], r["student_b"]) for r in rows
+                                    if r["identical"] == "yes"}  # listed once, as identical
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("similarity")
+def test_the_page_is_inert(course) -> None:
+    _, _, page = similar(course, "--ignore-common", "2")
+    assert "<script" not in page.lower() and "&lt;script&gt;" in page
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert not re.search(r"\son\w+\s*=", page)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("similarity")
+def test_bad_options_are_refused(course) -> None:
+    for args in (("--threshold", "0"), ("--threshold", "1.5"), ("--min-shared", "0")):
+        done = command("similarity", LESSON.name, "--course-dir", course, *args, check=False)
+        assert done.returncode == 2 and "error:" in done.stderr, args
