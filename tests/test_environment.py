@@ -12,7 +12,9 @@ CONDA_NAMES = {"pytorch": "torch", "redis_py": "redis"}  # conda-forge name -> P
 
 
 def split_requirement(text: str) -> tuple[str, str]:
-    """Name and version range; extras (``psycopg[binary]``) are pip's alone, left out."""
+    """Name and version range; extras (``psycopg[binary]``), environment markers (``tomli``'s
+    ``python_version < '3.11'``: conda lists it for every Python) and comments are left out."""
+    text = text.split("#", 1)[0].split(";", 1)[0]
     name, _, spec = re.match(r"^\s*([A-Za-z0-9_.\-]+)(\[[^\]]*\])?\s*(.*)$", text).groups()
     return name.lower().replace("-", "_"), spec.replace(" ", "")
 
