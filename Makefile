@@ -7,6 +7,13 @@ BIN := $(VENV)/bin
 # The CPU build of torch that this project's own machines install. Elsewhere pip takes whatever
 # build of this version suits the platform; override with  make TORCH='torch==X.Y'  if needed.
 TORCH ?= torch==2.13.0
+# JupyterHub's proxy (npm), for tests/test_hub.py: installed in .venv/node/, not system-wide.
+CHP_VERSION ?= 5.3.0
+# The test's single-user servers run as other users, who may not be allowed to run this venv's
+# Python (pyenv's under /root is not): as root, .venv/hub/ holds the student-facing packages,
+# at .venv's versions, on the system's Python.
+HUB_PYTHON ?= /usr/bin/python3
+HUB_PACKAGES := jupyterhub|jupyterlab|jupyter_server|nbgrader|ipykernel|ipywidgets|notebook
 
 .PHONY: lab lab-smoke demo test lint setup clean
 
@@ -28,6 +35,16 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet '$(TORCH)'
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@if command -v npm >/dev/null; then \
+	  npm install --silent --no-fund --no-audit --prefix $(VENV)/node \
+	    configurable-http-proxy@$(CHP_VERSION) >/dev/null; \
+	else echo "note: the JupyterHub test needs npm's configurable-http-proxy (install" \
+	  "Node.js and npm)"; fi
+	@if [ "$$(id -u)" = 0 ] && [ -x "$(HUB_PYTHON)" ]; then \
+	  $(BIN)/python -m pip freeze | grep -iE '^($(HUB_PACKAGES))==' > $(VENV)/hub-pins.txt \
+	  && { test -x $(VENV)/hub/bin/python || $(HUB_PYTHON) -m venv $(VENV)/hub; } \
+	  && $(VENV)/hub/bin/python -m pip install --quiet -r $(VENV)/hub-pins.txt \
+	  || echo "note: no environment for the JupyterHub test's single-user servers"; fi
 	@touch $@
 
 setup: $(VENV)/.installed

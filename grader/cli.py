@@ -19,9 +19,12 @@ def default_jobs() -> int:
 USAGE = """\
 python -m grader sync [--check] [LESSON ...]      notebooks <- solutions/, grader/cases/, data/
 python -m grader release [LESSON ...]             student versions -> <course-dir>/release/LESSON/
+                 [--exchange [DIR]] [--course-id ID]  and to nbgrader's exchange (JupyterHub)
+python -m grader collect LESSON                   submissions from the exchange -> collected/
 python -m grader autograde LESSON SUBMISSIONS     grade <student_id>/<notebook>.ipynb (folder, zip)
-                 [--from LAYOUT]                  or an LMS's download as it came (see README)
-python -m grader feedback LESSON [--zip]          HTML feedback per student (--zip: for the LMS)
+                 [--from LAYOUT] | --collected    or an LMS's download as it came (see README)
+python -m grader feedback LESSON [--zip]          HTML feedback per student (--zip: for the LMS,
+                 [--exchange [DIR]]               --exchange: for the students' Assignment List)
 python -m grader export [--format csv|canvas|moodle] [--roster FILE] [--assignments FILE]
                  [--include-flagged] [--per-exercise] [--csv FILE]
 python -m grader report LESSON                    pass rates, score histogram, flagged ones
@@ -65,12 +68,36 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("lessons", nargs="*", metavar="LESSON")
     sync.add_argument("--check", action="store_true", help="only report what is out of step")
 
-    release = commands.add_parser("release", parents=[common], help="write student versions")
+    exchange = argparse.ArgumentParser(add_help=False)
+    exchange.add_argument("--exchange", nargs="?", const="", metavar="DIR",
+                          help="nbgrader's exchange folder (default: what release --exchange "
+                               "was given last, else /srv/nbgrader/exchange)")
+    exchange.add_argument("--course-id", metavar="ID",
+                          help="the course's id in the exchange, as students' nbgrader_config.py "
+                               "names it (default: as last given, else counting-the-cost)")
+
+    release = commands.add_parser("release", parents=[common, exchange],
+                                  help="write student versions (and publish them to nbgrader's "
+                                       "exchange with --exchange)")
     release.add_argument("lessons", nargs="*", metavar="LESSON")
+
+    collect = commands.add_parser(
+        "collect", parents=[common, exchange], help="collect submissions from the exchange",
+        description="Copy each student's newest submission of LESSON from nbgrader's exchange "
+                    "to <course-dir>/collected/ (the notebook, its time and its secret); then "
+                    "python -m grader autograde LESSON --collected.")
+    collect.add_argument("lesson", metavar="LESSON")
+    collect.add_argument("--no-check-owner", action="store_true",
+                         help="take submissions whatever user wrote them (default: refuse one "
+                              "written by another user than the student it names; a hub whose "
+                              "students are all one user, as on Kubernetes, needs this)")
 
     autograde = commands.add_parser("autograde", parents=[common], help="grade submissions")
     autograde.add_argument("lesson", metavar="LESSON")
-    autograde.add_argument("submissions", metavar="SUBMISSIONS", type=Path)
+    autograde.add_argument("submissions", metavar="SUBMISSIONS", type=Path, nargs="?")
+    autograde.add_argument("--collected", action="store_true",
+                           help="grade what python -m grader collect took from the exchange "
+                                "(<course-dir>/collected/) in place of SUBMISSIONS")
     autograde.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
                            help="submissions graded at once (default: one per CPU core)")
     autograde.add_argument("--no-sandbox", action="store_true",
@@ -100,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="send submissions to workers on this Celery broker "
                                 "(redis://HOST:PORT/0) instead of grading here")
 
-    feedback = commands.add_parser("feedback", parents=[common], help="HTML feedback pages")
+    feedback = commands.add_parser("feedback", parents=[common, exchange],
+                                   help="HTML feedback pages (and to the students' Assignment "
+                                        "List with --exchange)")
     feedback.add_argument("lesson", metavar="LESSON")
     feedback.add_argument("--zip", action="store_true",
                           help="also what the students' LMS takes back: Moodle's feedback zip, "
@@ -240,14 +269,48 @@ def run(args: argparse.Namespace) -> int:
 
     from grader.course import open_course
 
+    exchange_dir = getattr(args, "exchange", None)
+    if exchange_dir and not Path(exchange_dir).exists() and exchange_dir in {
+            lesson.name for lesson in lesson_names([])}:
+        raise CourseError(f"--exchange took the lesson {exchange_dir} for its folder: name the "
+                          "lessons first (release LESSON --exchange), or write --exchange=DIR")
     course = open_course(args.course_dir, db_url=args.db_url, deadlines=args.deadlines)
     if args.command == "release":
+        to_exchange = args.exchange is not None
+        if args.course_id is not None and not to_exchange:
+            raise CourseError("--course-id names the course in nbgrader's exchange: give "
+                              "--exchange [DIR] too")
+        if to_exchange:
+            from grader import exchange
+
+            where = exchange.settings(course, args.exchange, args.course_id, remember=True)
         for lesson in lesson_names(args.lessons):
             course.release(lesson)
+            if to_exchange:
+                exchange.publish(course, lesson, where)
+        return 0
+    if args.command == "collect":
+        from grader import exchange
+
+        exchange.collect(course, load_lesson(args.lesson),
+                         exchange.settings(course, args.exchange, args.course_id),
+                         check_owner=not args.no_check_owner)
         return 0
     if args.command == "autograde":
         if args.jobs < 1:
             raise CourseError("--jobs must be at least 1")
+        if args.collected == (args.submissions is not None):
+            raise CourseError("give SUBMISSIONS (a folder or zip) or --collected (what "
+                              "python -m grader collect took from the exchange), not both"
+                              if args.collected else "give SUBMISSIONS: a folder or zip of "
+                              "hand-ins, or --collected for what python -m grader collect took")
+        if args.collected:
+            from grader.exchange import COLLECTED
+
+            if not (course.root / COLLECTED).is_dir():
+                raise CourseError(f"nothing collected yet in {course.root / COLLECTED}: run "
+                                  f"python -m grader collect {args.lesson} first")
+            args.submissions, args.layout = course.root / COLLECTED, args.layout or "nbgrader"
         limits = Limits(cell_seconds=args.cell_timeout, notebook_seconds=args.timeout,
                         memory_bytes=args.memory * 2**30)
         statuses = course.autograde(load_lesson(args.lesson), args.submissions, jobs=args.jobs,
@@ -261,7 +324,16 @@ def run(args: argparse.Namespace) -> int:
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(statuses)}")
         return 0
     if args.command == "feedback":
-        course.feedback(load_lesson(args.lesson), zips=args.zip)
+        lesson = load_lesson(args.lesson)
+        if args.course_id is not None and args.exchange is None:
+            raise CourseError("--course-id names the course in nbgrader's exchange: give "
+                              "--exchange [DIR] too")
+        course.feedback(lesson, zips=args.zip)
+        if args.exchange is not None:
+            from grader import exchange
+
+            exchange.release_feedback(course, lesson,
+                                      exchange.settings(course, args.exchange, args.course_id))
         return 0
     if args.command == "report":
         from grader.report import report

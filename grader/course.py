@@ -7,7 +7,10 @@ Everything lives in one course directory (default ``.course/`` in the repository
                          each submission's status, and the review log
     source/LESSON/       copy of notebooks/LESSON, refreshed by release
     release/LESSON/      student version (solutions and hidden tests stripped)
-    submitted/STUDENT/LESSON/  the notebook as handed in (nothing else is copied)
+    submitted/STUDENT/LESSON/  the notebook as handed in (nothing else is copied, but for
+                         nbgrader's timestamp.txt and submission_secret.txt from an exchange)
+    collected/STUDENT/LESSON/  submissions collected from nbgrader's exchange (grader/exchange.py)
+    exchange.json        the exchange's folder and course id, as release --exchange was given
     autograded/STUDENT/LESSON/ the notebook as run in the sandbox, with each exercise's result
     feedback/STUDENT/LESSON/   nbgrader's HTML feedback
     grading_status.json  per submission: graded / needs_review / invalid, why, and per exercise
@@ -350,6 +353,10 @@ class Course:
                     f"no notebook {lesson.notebook.name} in the submission"])
             copy = target / lesson.notebook.name
             copy_notebook(handin.notebook, copy)
+            if self._handins.get(lesson.name, {}).get(name, {}).get("from") == "nbgrader":
+                from grader.exchange import copy_exchange_files
+
+                copy_exchange_files(handin.notebook.parent, target)  # feedback's secret
             digest = hashlib.sha256(copy.read_bytes()).hexdigest()
         except OSError as error:
             return Graded(name, "invalid", [f"the submission could not be read "

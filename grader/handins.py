@@ -51,6 +51,7 @@ from grader.intake import (
 )
 from grader.lessons import CourseError
 
+NBGRADER_FILES = ("timestamp.txt", "submission_secret.txt")  # nbgrader's submit writes them
 LAYOUTS = ("folders", "nbgrader", "canvas", "moodle", "blackboard", "gradescope")
 LABELS = {"folders": "student folders", "nbgrader": "nbgrader's collect layout",
           "canvas": "a Canvas download", "moodle": "a Moodle download",
@@ -503,7 +504,7 @@ def _nbgrader_time(handin: Handin, folder: Path) -> None:
 def _others(folder: Path, notebook: Path) -> list[str]:
     try:
         return sorted(e.name for e in os.scandir(folder) if e.path != str(notebook)
-                      and not e.name.startswith("."))[:1000]
+                      and not e.name.startswith(".") and e.name not in NBGRADER_FILES)[:1000]
     except OSError:
         return []
 

@@ -9,7 +9,7 @@ from tests.grading_helpers import grader
 
 # One valid argument list per command (what follows the command's name).
 COMMANDS = {
-    "sync": ["--check"], "release": ["01_float_formats"],
+    "sync": ["--check"], "release": ["01_float_formats"], "collect": ["01_float_formats"],
     "autograde": ["01_float_formats", "submissions"], "feedback": ["01_float_formats"],
     "export": [], "report": ["01_float_formats"], "review": ["01_float_formats"],
     "similarity": ["01_float_formats"],

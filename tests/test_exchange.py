@@ -1,0 +1,176 @@
+"""nbgrader's exchange, as a JupyterHub's students use it, without the hub: the grader publishes
+a lesson, students fetch and submit it with nbgrader's own commands, the grader collects,
+grades and releases feedback, and each student's ``fetch_feedback`` finds their own page.
+tests/test_hub.py does the same through a real hub and browser; here run the parts a hub
+cannot reach quickly: what a hostile exchange holds, and the errors of the command line."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.cli import main
+from grader.course import Course
+from grader.exchange import collect, settings
+from grader.lessons import load_lesson
+from tests.grading_helpers import grader, grader_env, read_notebook, submit
+
+LESSON = load_lesson("01_float_formats")
+NAME = LESSON.notebook.name
+SCORE = re.compile(r"Score: ([0-9.]+) / ([0-9.]+)")
+
+
+def nbgrader_as(student: str, home: Path, exchange: Path, *args: str) -> str:
+    """One of nbgrader's student commands, as the Assignment List runs it, for ``student``."""
+    home.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args, LESSON.name, f"--Exchange.root={exchange}",
+         "--course=counting-the-cost", f"--Exchange.cache={home / '.cache'}",
+         f"--student={student}"],
+        cwd=home, env=grader_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def answered(student_version: Path) -> nbformat.NotebookNode:
+    """The student version with every answer cell filled in from the instructor's."""
+    reference = {c.metadata.nbgrader.grade_id: c.source for c in read_notebook(LESSON.notebook)
+                 .cells if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = read_notebook(student_version)
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("solution"):
+            c.source = reference[c.metadata.nbgrader.grade_id]
+    return nb
+
+
+def fetched_scores(home: Path) -> list[tuple[float, float]]:
+    pages = sorted((home / LESSON.name / "feedback").glob(f"*/{LESSON.notebook.stem}.html"))
+    assert len(pages) == 1, pages
+    return [(float(a), float(b)) for a, b in SCORE.findall(pages[0].read_text())]
+
+
+@pytest.mark.slow
+def test_publish_fetch_submit_collect_grade_and_fetch_feedback(tmp_path) -> None:
+    course, exchange = tmp_path / "course", tmp_path / "exchange"
+    homes = {s: tmp_path / "home" / s for s in ("alice", "bob")}
+    grader("--course-dir", course, "release", LESSON.name, "--exchange", exchange)
+    assert (exchange / "counting-the-cost" / "outbound" / LESSON.name / NAME).is_file()
+    for student, home in homes.items():
+        assert "Fetched as" in nbgrader_as(student, home, exchange, "fetch_assignment")
+    nbformat.write(answered(homes["alice"] / LESSON.name / NAME), homes["alice"] / LESSON.name
+                   / NAME)
+    for student, home in homes.items():
+        nbgrader_as(student, home, exchange, "submit")
+    # Every submission is written by this test's user, so none is the student it names.
+    refused = grader("--course-dir", course, "collect", LESSON.name)
+    assert refused.stdout.count("written by user") == 2 and "0 new or newer" in refused.stdout
+    done = grader("--course-dir", course, "collect", LESSON.name, "--no-check-owner")
+    assert "2 new or newer submission(s), 0 unchanged" in done.stdout
+    assert oct((course / "collected").stat().st_mode & 0o777) == "0o700"
+    # A student graded from a folder, not the exchange, has no secret: left out, not failed.
+    submit(tmp_path / "folder", "dave", read_notebook(course / "release" / LESSON.name / NAME),
+           NAME)
+    grader("--course-dir", course, "autograde", LESSON.name, tmp_path / "folder")
+    graded = grader("--course-dir", course, "autograde", LESSON.name, "--collected")
+    assert "2 graded, 0 needs_review, 0 invalid of 2" in graded.stdout
+    assert "nbgrader's collect layout" in graded.stdout and "ignored" not in graded.stdout
+    released = grader("--course-dir", course, "feedback", LESSON.name, "--exchange")
+    assert "feedback of 2 student(s)" in released.stdout and "left out: dave" in released.stdout
+    assert len(list((exchange / "counting-the-cost" / "feedback").glob("*.html"))) == 2
+    for student, home in homes.items():
+        nbgrader_as(student, home, exchange, "fetch_feedback")
+    alice, bob = fetched_scores(homes["alice"]), fetched_scores(homes["bob"])
+    assert alice[0] == (15.0, 15.0) and bob[0] == (0.0, 15.0)
+    # Collected again: nothing new. Bob submits again: his newest is taken, Alice's stays.
+    assert "0 new or newer submission(s), 2 unchanged" in grader(
+        "--course-dir", course, "collect", LESSON.name, "--no-check-owner").stdout
+    time.sleep(1)
+    nbformat.write(answered(homes["bob"] / LESSON.name / NAME), homes["bob"] / LESSON.name / NAME)
+    nbgrader_as("bob", homes["bob"], exchange, "submit")
+    assert "1 new or newer submission(s), 1 unchanged" in grader(
+        "--course-dir", course, "collect", LESSON.name, "--no-check-owner").stdout
+    collected = read_notebook(course / "collected" / "bob" / LESSON.name / NAME)
+    assert "raise NotImplementedError" not in "".join(
+        c.source for c in collected.cells if c.metadata.get("nbgrader", {}).get("solution"))
+
+
+def inbound_entry(inbound: Path, student: str, stamp: str, notebook: bytes | None = b"{}",
+                  lesson: str = LESSON.name) -> Path:
+    folder = inbound / f"{student}+{lesson}+{stamp}+abcdef"
+    folder.mkdir(parents=True)
+    (folder / "timestamp.txt").write_text(stamp)
+    (folder / "submission_secret.txt").write_text("ab" * 64)
+    if notebook is not None:
+        (folder / NAME).write_bytes(notebook)
+    return folder
+
+
+def test_collect_takes_the_newest_and_refuses_what_it_cannot_trust(tmp_path) -> None:
+    course = Course(tmp_path / "course", log=lambda _: None)
+    where = settings(course, str(tmp_path / "exchange"), None, remember=True)
+    inbound = where.course_path / "inbound"
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    early, late = "2026-03-01 10:00:00.000000 UTC", "2026-03-02 09:00:00.000000 UTC"
+    inbound_entry(inbound, me, early, b'{"old": 1}')
+    inbound_entry(inbound, me, late, b'{"new": 1}')
+    inbound_entry(inbound, "mallory", late)  # written by this user, not by mallory
+    inbound_entry(inbound, me, late, lesson="02_tensor_storage")  # another lesson: not looked at
+    done = collect(course, LESSON, where)
+    assert done["collected"] == [me] and len(done["refused"]) == 1
+    assert f"written by user {me}, not by mallory" in done["refused"][0]
+    target = course.root / "collected" / me / LESSON.name
+    assert (target / NAME).read_bytes() == b'{"new": 1}'
+    assert (target / "timestamp.txt").read_text() == late
+    assert oct((target / "submission_secret.txt").stat().st_mode & 0o777) == "0o600"
+
+    # The rest, with the owner check off: each refused for what it is, and nothing blocks.
+    linky = inbound_entry(inbound, "linky", late, None)
+    (linky / NAME).symlink_to("/etc/passwd")
+    piper = inbound_entry(inbound, "piper", late)
+    (piper / "timestamp.txt").unlink()
+    os.mkfifo(piper / "timestamp.txt")
+    big = inbound_entry(inbound, "big", late, None)
+    with open(big / NAME, "wb") as handle:
+        handle.truncate(51 * 2**20)
+    inbound_entry(inbound, "..", late)
+    (inbound / f"filey+{LESSON.name}+{late}+x").write_text("{}")
+    (inbound / f"sym+{LESSON.name}+{late}+x").symlink_to(linky)
+    garbled = inbound_entry(inbound, "garbled", late)
+    (garbled / "timestamp.txt").write_text("yesterday")
+    started = time.monotonic()
+    done = collect(course, LESSON, where, check_owner=False)
+    assert time.monotonic() - started < 10
+    reasons = {line.split("+")[0]: line for line in done["refused"]}
+    assert sorted(done["collected"]) == ["mallory"] and done["unchanged"] == [me]
+    assert "no float_formats.ipynb" in reasons["linky"]
+    assert "no float_formats.ipynb" in reasons["big"]
+    assert "no readable timestamp.txt" in reasons["piper"]
+    assert "no readable timestamp.txt" in reasons["garbled"]
+    assert "not a student id" in reasons[".."]
+    assert "not a folder" in reasons["filey"] and "not a folder" in reasons["sym"]
+    assert not (course.root / "collected" / "linky").exists()
+    assert sorted(p.name for p in (course.root / "collected").iterdir()) == ["mallory", me]
+
+
+def test_the_exchange_commands_say_what_is_missing(tmp_path, capsys) -> None:
+    def error(*args: object) -> str:
+        assert main(["--course-dir", str(tmp_path / "course"), *map(str, args)]) == 2
+        return capsys.readouterr().err
+
+    assert "publish the lesson first" in error("collect", LESSON.name, "--exchange",
+                                               tmp_path / "none")
+    assert "give SUBMISSIONS" in error("autograde", LESSON.name)
+    assert "not both" in error("autograde", LESSON.name, tmp_path, "--collected")
+    assert "run python -m grader collect" in error("autograde", LESSON.name, "--collected")
+    assert "give --exchange" in error("release", LESSON.name, "--course-id", "x")
+    assert "give --exchange" in error("feedback", LESSON.name, "--course-id", "x")
+    assert "name the lessons first" in error("release", "--exchange", LESSON.name)
+    assert "letters, digits" in error("collect", LESSON.name, "--course-id", "../up")
