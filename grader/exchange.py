@@ -25,6 +25,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from grader.intake import MAX_NOTEBOOK_BYTES, display_name, inert, valid_student_id
@@ -35,6 +36,10 @@ DEFAULT_ROOT = Path("/srv/nbgrader/exchange")  # nbgrader's default Exchange.roo
 SETTINGS_FILE = "exchange.json"
 COLLECTED = "collected"  # <course-dir>/collected/STUDENT/LESSON/: nbgrader's collect layout
 STAMP, SECRET = "timestamp.txt", "submission_secret.txt"  # what nbgrader's submit writes
+SOURCE = ".exchange-source"  # beside a collected notebook: the exchange folder it came from
+# nbgrader's submit stamps the time before copying the notebook; the copy takes well under a
+# second, and clocks kept by NTP (a student's server's, the file server's) agree within this.
+CLOCK_SLACK_SECONDS = 120
 SECRET_PATTERN = re.compile(r"[0-9a-f]{32,256}")  # secrets.token_hex(64): 128 hex digits
 COURSE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -116,6 +121,7 @@ def collect(course, lesson: Lesson, exchange: Exchange,
                           "the exchange students submit to (--exchange DIR, --course-id ID)")
     newest: dict[str, Submission] = {}
     refused: list[str] = []
+    notes: list[str] = []
     try:
         entries = list(os.scandir(inbound))
     except OSError as error:
@@ -147,13 +153,18 @@ def collect(course, lesson: Lesson, exchange: Exchange,
         if when is None:
             refused.append(f"{display_name(entry.name)}: no readable {STAMP}")
             continue
+        written = _changed_at(Path(entry.path) / lesson.notebook.name)
+        if written is not None and written - when > CLOCK_SLACK_SECONDS:
+            notes.append(f"{shown}: {STAMP} says {inert(stamp.strip(), 40)}, but the notebook was "
+                         f"last written at {_nbgrader_time(written)}: the later time counts")
+            when, stamp = written, _nbgrader_time(written)
         if student not in newest or when > newest[student].time:
             newest[student] = Submission(student, Path(entry.path), when, stamp.strip()[:100])
     target_root = course.root / COLLECTED
     done: dict[str, list[str]] = {"collected": [], "unchanged": [], "refused": refused}
     for student, submission in sorted(newest.items()):
         target = target_root / student / lesson.name
-        if _read_small(target / STAMP, 200) == submission.stamp:
+        if _read_small(target / SOURCE, 1000) == _source(submission):
             done["unchanged"].append(student)
             continue
         problem = _copy_submission(submission, lesson, target)
@@ -161,8 +172,10 @@ def collect(course, lesson: Lesson, exchange: Exchange,
             refused.append(f"{display_name(submission.folder.name)}: {problem}")
         else:
             done["collected"].append(student)
+    done["notes"] = notes
     course.log(f"collected {lesson.name} from {inbound}: {len(done['collected'])} new or newer "
                f"submission(s), {len(done['unchanged'])} unchanged, in {target_root}/"
+               + "".join(f"\n  note: {note}" for note in notes[:50])
                + "".join(f"\n  refused {why}" for why in refused[:50])
                + (f"\n  and {len(refused) - 50} more refused" if len(refused) > 50 else ""))
     return done
@@ -184,12 +197,31 @@ def _copy_submission(submission: Submission, lesson: Lesson, target: Path) -> st
     staging.mkdir(parents=True)
     (staging / name).write_bytes(notebook)
     (staging / STAMP).write_text(submission.stamp)
+    (staging / SOURCE).write_text(_source(submission))
     if SECRET_PATTERN.fullmatch(secret):  # without it there is no feedback through the exchange
         write_private(staging / SECRET, secret)
     if target.exists():
         remove_tree(target)
     staging.rename(target)
     return ""
+
+
+def _source(submission: Submission) -> str:
+    """Which exchange folder, at which time, a collected submission came from."""
+    return f"{submission.folder.name}\n{submission.stamp}\n"
+
+
+def _changed_at(path: Path) -> float | None:
+    """When the file's inode last changed: set by the kernel (the file server, over NFS), so a
+    student can make it later but never earlier, unlike ``timestamp.txt``."""
+    try:
+        return path.lstat().st_ctime
+    except OSError:
+        return None
+
+
+def _nbgrader_time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
 
 def _read_small(path: Path, limit: int, binary: bool = False):

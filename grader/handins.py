@@ -318,6 +318,14 @@ def recognise(root: Path, lesson_name: str, notebook_name: str, layout: str | No
             by_student.setdefault(owner, [])
     handins = []
     taken = set(by_student)
+    if layout == "nbgrader":  # a student's folder of other lessons only: not handed in
+        others = sorted(s for s, own in by_student.items() if s not in blame
+                        and own and all(_other_lessons_only(e.path, lesson_name) for e in own))
+        for student in others:
+            del by_student[student]
+        if others:
+            notes.append(f"{len(others)} student folder(s) hold no {lesson_name} folder, only "
+                         f"other lessons' (not graded for this lesson): {_names(others, 10)}")
     for student, own in sorted(by_student.items()):
         handin = _handin(layout, student, own, lesson_name, notebook_name)
         handin.reasons += blame.get(student, [])
@@ -325,6 +333,18 @@ def recognise(root: Path, lesson_name: str, notebook_name: str, layout: str | No
             _give_gradebook_id(handin, layout, taken)
         handins.append(handin)
     return layout, handins, notes
+
+
+def _other_lessons_only(folder: Path, lesson_name: str) -> bool:
+    """nbgrader's layout: a student's folder with no ``lesson_name`` folder and no notebook of
+    its own, only folders (the other lessons they handed in)."""
+    if _real_folder(folder / lesson_name):
+        return False
+    try:
+        entries = [e for e in os.scandir(folder) if not e.name.startswith(".")]
+    except OSError:
+        return False
+    return bool(entries) and all(e.is_dir(follow_symlinks=False) for e in entries)
 
 
 def _give_gradebook_id(handin: Handin, layout: str, taken: set[str]) -> None:

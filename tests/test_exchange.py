@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
@@ -19,6 +20,7 @@ import pytest
 
 from grader.cli import main
 from grader.course import Course
+from grader.deadlines import nbgrader_timestamp
 from grader.exchange import collect, settings
 from grader.lessons import load_lesson
 from tests.grading_helpers import grader, grader_env, read_notebook, submit
@@ -102,6 +104,10 @@ def test_publish_fetch_submit_collect_grade_and_fetch_feedback(tmp_path) -> None
         c.source for c in collected.cells if c.metadata.get("nbgrader", {}).get("solution"))
 
 
+def stamp_at(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
 def inbound_entry(inbound: Path, student: str, stamp: str, notebook: bytes | None = b"{}",
                   lesson: str = LESSON.name) -> Path:
     folder = inbound / f"{student}+{lesson}+{stamp}+abcdef"
@@ -118,7 +124,8 @@ def test_collect_takes_the_newest_and_refuses_what_it_cannot_trust(tmp_path) -> 
     where = settings(course, str(tmp_path / "exchange"), None, remember=True)
     inbound = where.course_path / "inbound"
     me = pwd.getpwuid(os.geteuid()).pw_name
-    early, late = "2026-03-01 10:00:00.000000 UTC", "2026-03-02 09:00:00.000000 UTC"
+    # The notebooks are written now: stamps within two minutes of now are believed.
+    early, late = stamp_at(time.time() - 60), stamp_at(time.time() - 30)
     inbound_entry(inbound, me, early, b'{"old": 1}')
     inbound_entry(inbound, me, late, b'{"new": 1}')
     inbound_entry(inbound, "mallory", late)  # written by this user, not by mallory
@@ -145,11 +152,16 @@ def test_collect_takes_the_newest_and_refuses_what_it_cannot_trust(tmp_path) -> 
     (inbound / f"sym+{LESSON.name}+{late}+x").symlink_to(linky)
     garbled = inbound_entry(inbound, "garbled", late)
     (garbled / "timestamp.txt").write_text("yesterday")
+    backdated = stamp_at(time.time() - 3 * 86400)  # written now, stamped three days ago
+    inbound_entry(inbound, "sly", backdated)
     started = time.monotonic()
     done = collect(course, LESSON, where, check_owner=False)
     assert time.monotonic() - started < 10
     reasons = {line.split("+")[0]: line for line in done["refused"]}
-    assert sorted(done["collected"]) == ["mallory"] and done["unchanged"] == [me]
+    assert sorted(done["collected"]) == ["mallory", "sly"] and done["unchanged"] == [me]
+    assert len(done["notes"]) == 1 and "sly: timestamp.txt says" in done["notes"][0]
+    counted = (course.root / "collected" / "sly" / LESSON.name / "timestamp.txt").read_text()
+    assert counted != backdated and time.time() - nbgrader_timestamp(counted) < 60
     assert "no float_formats.ipynb" in reasons["linky"]
     assert "no float_formats.ipynb" in reasons["big"]
     assert "no readable timestamp.txt" in reasons["piper"]
@@ -157,7 +169,8 @@ def test_collect_takes_the_newest_and_refuses_what_it_cannot_trust(tmp_path) -> 
     assert "not a student id" in reasons[".."]
     assert "not a folder" in reasons["filey"] and "not a folder" in reasons["sym"]
     assert not (course.root / "collected" / "linky").exists()
-    assert sorted(p.name for p in (course.root / "collected").iterdir()) == ["mallory", me]
+    assert sorted(p.name for p in (course.root / "collected").iterdir()) == sorted(
+        ["mallory", "sly", me])
 
 
 def test_the_exchange_commands_say_what_is_missing(tmp_path, capsys) -> None:

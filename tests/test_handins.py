@@ -228,6 +228,19 @@ def test_nbgrader_collect_layout_is_graded_without_a_note(tmp_path) -> None:
     assert all(h.reasons == [] and h.notebook.parent.name == LESSON.name for h in handins)
 
 
+def test_nbgrader_layout_skips_students_who_handed_in_only_other_lessons(tmp_path) -> None:
+    """collected/ (and nbgrader's submitted/) hold every lesson: a student who has not handed
+    in this one is not graded for it, least of all on another lesson's notebook."""
+    root = tmp_path / "collected"
+    write(root / "alice" / LESSON.name / NOTEBOOK)
+    write(root / "bob" / "02_tensor_storage" / "tensor_storage.ipynb")
+    write(root / "carol" / NOTEBOOK)  # a notebook of its own: a hand-in, graded as before
+    for layout in (None, "nbgrader"):
+        found, handins, notes = recognise(root, LESSON.name, NOTEBOOK, layout)
+        assert found == "nbgrader" and ids(handins) == ["alice", "carol"]
+        assert any("hold no 01_float_formats folder" in n and "bob" in n for n in notes)
+
+
 def test_student_folders_stay_as_they_were(tmp_path) -> None:
     write(tmp_path / "class" / "s1" / NOTEBOOK)
     write(tmp_path / "class" / "s2" / "mine.ipynb")
