@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from grader import ledger
+from grader.handins import NBGRADER_FILES
 from grader.intake import inert, valid_student_id
 from grader.lessons import CourseError, Lesson
 
@@ -395,6 +396,9 @@ def regrade(course, lesson: Lesson, student_id: str, by: str | None, discard: bo
     try:
         (folder / student_id).mkdir()
         shutil.copyfile(stored, folder / student_id / lesson.notebook.name)
+        for name in NBGRADER_FILES:  # an exchange hand-in's time and feedback secret
+            if (stored.parent / name).is_file():
+                shutil.copyfile(stored.parent / name, folder / student_id / name)
         statuses = course.autograde(lesson, folder, layout="folders", keep_handins=True,
                                     discard_overrides=discard, by=name, **options)
     finally:

@@ -91,6 +91,10 @@ def test_publish_fetch_submit_collect_grade_and_fetch_feedback(tmp_path) -> None
         nbgrader_as(student, home, exchange, "fetch_feedback")
     alice, bob = fetched_scores(homes["alice"]), fetched_scores(homes["bob"])
     assert alice[0] == (15.0, 15.0) and bob[0] == (0.0, 15.0)
+    # A regraded exchange hand-in keeps its secret: its feedback is released again.
+    grader("--course-dir", course, "review", LESSON.name, "bob", "--regrade")
+    assert "feedback of 2 student(s)" in grader("--course-dir", course, "feedback",
+                                                LESSON.name, "--exchange").stdout
     # Collected again: nothing new. Bob submits again: his newest is taken, Alice's stays.
     assert "0 new or newer submission(s), 2 unchanged" in grader(
         "--course-dir", course, "collect", LESSON.name, "--no-check-owner").stdout
