@@ -154,9 +154,9 @@ def collect(course, lesson: Lesson, exchange: Exchange,
             refused.append(f"{display_name(entry.name)}: no readable {STAMP}")
             continue
         written = _changed_at(Path(entry.path) / lesson.notebook.name)
-        if written is not None and written - when > CLOCK_SLACK_SECONDS:
+        if written is not None and abs(written - when) > CLOCK_SLACK_SECONDS:
             notes.append(f"{shown}: {STAMP} says {inert(stamp.strip(), 40)}, but the notebook was "
-                         f"last written at {_nbgrader_time(written)}: the later time counts")
+                         f"last written at {_nbgrader_time(written)}: that time counts")
             when, stamp = written, _nbgrader_time(written)
         if student not in newest or when > newest[student].time:
             newest[student] = Submission(student, Path(entry.path), when, stamp.strip()[:100])
@@ -212,8 +212,9 @@ def _source(submission: Submission) -> str:
 
 
 def _changed_at(path: Path) -> float | None:
-    """When the file's inode last changed: set by the kernel (the file server, over NFS), so a
-    student can make it later but never earlier, unlike ``timestamp.txt``."""
+    """When the file's inode last changed: set by the kernel (the file server, over NFS) to
+    its own clock, so a student can make it later but never earlier, unlike ``timestamp.txt``.
+    Copying an exchange (a backup restored) resets it: collect before moving one."""
     try:
         return path.lstat().st_ctime
     except OSError:
