@@ -11,7 +11,7 @@ TORCH ?= torch==2.13.0
 CHP_VERSION ?= 5.3.0
 # The test's single-user servers run as other users, who may not be allowed to run this venv's
 # Python (pyenv's under /root is not): as root, .venv/hub/ holds the student-facing packages,
-# at .venv's versions, on the system's Python.
+# at .venv's versions, on the system's Python, and this package (its Validate; no torch).
 HUB_PYTHON ?= /usr/bin/python3
 HUB_PACKAGES := jupyterhub|jupyterlab|jupyter_server|nbgrader|ipykernel|ipywidgets|notebook
 
@@ -44,6 +44,7 @@ $(VENV)/.installed: pyproject.toml
 	  $(BIN)/python -m pip freeze | grep -iE '^($(HUB_PACKAGES))==' > $(VENV)/hub-pins.txt \
 	  && { test -x $(VENV)/hub/bin/python || $(HUB_PYTHON) -m venv $(VENV)/hub; } \
 	  && $(VENV)/hub/bin/python -m pip install --quiet -r $(VENV)/hub-pins.txt \
+	  && $(VENV)/hub/bin/python -m pip install --quiet --no-deps -e . \
 	  || echo "note: no environment for the JupyterHub test's single-user servers"; fi
 	@touch $@
 

@@ -1,0 +1,63 @@
+"""JupyterHub for the course on one machine: local system users log in with their password,
+each gets a server from the course's environment, and nbgrader's exchange folder carries
+lessons out and submissions in. Set-up and the instructor's commands: README.md beside this.
+
+Settings (environment variables of the hub process, read at start):
+    CTC_VENV        the course's environment (default /opt/counting-the-cost/venv); its
+                    bin/jupyterhub-singleuser is each user's server.
+    CTC_EXCHANGE    nbgrader's exchange folder, mode 777 (default /srv/nbgrader/exchange).
+    CTC_USERS_FILE  who may log in (default users.txt beside this file): one "ROLE NAME" a line,
+                    ROLE "student" or "instructor"; "#" starts a comment.
+"""
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("CTC_VENV", "/opt/counting-the-cost/venv"))
+EXCHANGE = os.environ.get("CTC_EXCHANGE", "/srv/nbgrader/exchange")
+USERS_FILE = Path(os.environ.get("CTC_USERS_FILE", HERE / "users.txt"))
+
+
+def read_users(path: Path) -> dict[str, set[str]]:
+    """Usernames by role. A missing file stops the hub: with no one allowed it would start
+    and let no one in."""
+    if not path.exists():
+        raise SystemExit(f"{path}: no users file (copy users.example.txt beside it and edit it)")
+    roles: dict[str, set[str]] = {"student": set(), "instructor": set()}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) != 2 or fields[0] not in roles:
+            raise SystemExit(f"{path}:{number}: expected 'student NAME' or 'instructor NAME'")
+        roles[fields[0]].add(fields[1])
+    return roles
+
+
+USERS = read_users(USERS_FILE)
+
+
+def config_folder(spawner) -> str:
+    """The user's role's folder of Jupyter config (nbgrader's extensions, lab plugins, exchange).
+    It must be readable by every user: the server reads it as the user."""
+    role = "instructor" if spawner.user.name in USERS["instructor"] else "student"
+    return str(HERE / role)
+
+
+c = get_config()  # noqa: F821
+
+# PAMAuthenticator and LocalProcessSpawner, JupyterHub's defaults: the hub runs as root and
+# starts each server as the user's own system account.
+c.Authenticator.allowed_users = USERS["student"] | USERS["instructor"]
+c.Authenticator.admin_users = USERS["instructor"]
+
+c.Spawner.cmd = [str(VENV / "bin" / "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+# A callable value is called with the spawner when the server starts.
+c.Spawner.environment = {
+    "JUPYTER_CONFIG_PATH": config_folder,
+    "CTC_EXCHANGE": EXCHANGE,  # read by the role folders' nbgrader_config.py
+    # The course's Python first, for the terminal and for nbgrader's Validate.
+    "PATH": f"{VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+}

@@ -1,0 +1,13 @@
+"""nbgrader for a student on the hub: the course's exchange, for the Assignment List."""
+
+import os
+
+c = get_config()  # noqa: F821
+c.Exchange.root = os.environ.get("CTC_EXCHANGE", "/srv/nbgrader/exchange")
+c.CourseDirectory.course_id = "counting-the-cost"
+# Validate (grader/lab_validate.py, nbgrader's validator with a summary) runs the notebook; a
+# lesson imports torch, which can keep a loaded server's kernel busy a while: wait for it.
+c.Execute.timeout = 120
+c.Execute.iopub_timeout = 30
+c.Execute.raise_on_iopub_timeout = False
+c.Execute.startup_timeout = 120
