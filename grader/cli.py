@@ -270,6 +270,10 @@ def run(args: argparse.Namespace) -> int:
     from grader.course import open_course
 
     exchange_dir = getattr(args, "exchange", None)
+    if args.command in ("release", "feedback") and args.course_id is not None \
+            and exchange_dir is None:
+        raise CourseError("--course-id names the course in nbgrader's exchange: give "
+                          "--exchange [DIR] too")
     if exchange_dir and not Path(exchange_dir).exists() and exchange_dir in {
             lesson.name for lesson in lesson_names([])}:
         raise CourseError(f"--exchange took the lesson {exchange_dir} for its folder: name the "
@@ -277,9 +281,6 @@ def run(args: argparse.Namespace) -> int:
     course = open_course(args.course_dir, db_url=args.db_url, deadlines=args.deadlines)
     if args.command == "release":
         to_exchange = args.exchange is not None
-        if args.course_id is not None and not to_exchange:
-            raise CourseError("--course-id names the course in nbgrader's exchange: give "
-                              "--exchange [DIR] too")
         if to_exchange:
             from grader import exchange
 
@@ -325,9 +326,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "feedback":
         lesson = load_lesson(args.lesson)
-        if args.course_id is not None and args.exchange is None:
-            raise CourseError("--course-id names the course in nbgrader's exchange: give "
-                              "--exchange [DIR] too")
         course.feedback(lesson, zips=args.zip)
         if args.exchange is not None:
             from grader import exchange
