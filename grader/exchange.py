@@ -20,10 +20,12 @@ remembered in the course directory (``exchange.json``) for ``collect`` and ``fee
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
 import stat
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -94,85 +96,105 @@ def publish(course, lesson: Lesson, exchange: Exchange) -> Path:
                           "failed (the exchange must be a folder you may write, mode 0777 "
                           "so that students may submit; nbgrader creates it where it may):\n"
                           + _tail(done.stderr + done.stdout))
+    _make_sticky(course, exchange.root)
     course.log(f"published {lesson.name} to the exchange: {outbound} (course id "
                f"{exchange.course_id}); students fetch it in their Assignment List")
     return outbound
 
 
+def _make_sticky(course, root: Path) -> None:
+    """nbgrader makes the exchange's root mode 0777, where any user may rename the course's
+    folder and put their own in its place; with the sticky bit (1777, as /tmp) only its owner
+    may. nbgrader compares only the 0777 bits, so it leaves the sticky bit alone."""
+    info = root.stat()
+    if info.st_mode & stat.S_ISVTX:
+        return
+    try:
+        root.chmod(stat.S_IMODE(info.st_mode) | stat.S_ISVTX)
+    except OSError:
+        course.log(f"warning: the exchange {root} is not sticky and you may not make it so: "
+                   f"its owner should run  chmod 1777 {root}  (otherwise a student can put a "
+                   "folder of their own in place of the course's)")
+
+
 @dataclass
 class Submission:
     student: str
-    folder: Path
-    time: float
-    stamp: str
+    name: str  # the folder's name in inbound/ (str, as os.scandir decodes it)
+    inode: tuple[int, int]  # (st_dev, st_ino) of the folder when it was scanned
+    owner: int
+    time: float  # for choosing each student's newest: timestamp.txt, or the notebook's ctime
+    stamp: str  # timestamp.txt as written
+    stamp_time: float
 
 
 def collect(course, lesson: Lesson, exchange: Exchange,
             check_owner: bool = True) -> dict[str, list[str]]:
     """Copy each student's newest submission of ``lesson`` from the exchange to
     ``collected/STUDENT/LESSON/``: the notebook, ``timestamp.txt`` and the submission's secret
-    (which names the feedback file). Returns the students collected, unchanged and refused."""
-    from grader.deadlines import nbgrader_timestamp
+    (which names the feedback file). Returns the students collected, unchanged and refused.
 
+    A student owns their submission folders and may rename, replace or change them while we
+    read: every folder is opened once, not followed if a link, and read through that
+    descriptor; the notebook's time is the ctime of the very file read, taken after reading."""
     inbound = exchange.course_path / "inbound"
     if not inbound.is_dir():
         raise CourseError(f"no submissions folder {inbound}: publish the lesson first "
                           f"(python -m grader release {lesson.name} --exchange DIR), or give "
                           "the exchange students submit to (--exchange DIR, --course-id ID)")
-    newest: dict[str, Submission] = {}
-    refused: list[str] = []
-    notes: list[str] = []
     try:
-        entries = list(os.scandir(inbound))
+        inbound_fd = os.open(inbound, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as error:
         raise CourseError(f"cannot read {inbound} ({error.strerror}): collect as the user who "
                           "published the lesson") from None
-    for entry in entries:
-        parts = entry.name.split("+")
+    try:
+        owner = os.fstat(inbound_fd).st_uid
+        if owner != os.geteuid():
+            raise CourseError(f"{inbound} belongs to user {_owner(owner)}, not to you: publish "
+                              "and collect as one user (a student may have put this folder in "
+                              "place of the course's: see that the exchange has mode 1777)")
+        return _collect(course, lesson, inbound, inbound_fd, check_owner)
+    finally:
+        os.close(inbound_fd)
+
+
+def _collect(course, lesson: Lesson, inbound: Path, inbound_fd: int,
+             check_owner: bool) -> dict[str, list[str]]:
+    newest: dict[str, Submission] = {}
+    refused: list[str] = []
+    try:
+        names = os.listdir(inbound_fd)
+    except OSError as error:
+        raise CourseError(f"cannot read {inbound} ({error.strerror}): collect as the user who "
+                          "published the lesson") from None
+    for name in names:
+        parts = name.split("+")
         if len(parts) not in (3, 4) or parts[1] != lesson.name:
             continue  # another lesson's, or not a submission
-        student, shown = parts[0], display_name(parts[0])
-        if not valid_student_id(student):
-            refused.append(f"{display_name(entry.name)}: not a student id")
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(info.st_mode):
-            refused.append(f"{display_name(entry.name)}: not a folder")
-            continue
-        owner = _owner(info.st_uid)
-        if check_owner and owner != student:
-            refused.append(f"{display_name(entry.name)}: written by user {inert(owner, 60)}, "
-                           f"not by {shown} (a hand-in under another's name; --no-check-owner "
-                           "where every student is the same user, as on a Kubernetes hub)")
-            continue
-        stamp = _read_small(Path(entry.path) / STAMP, 200)
-        when = nbgrader_timestamp(stamp) if stamp is not None else None
-        if when is None:
-            refused.append(f"{display_name(entry.name)}: no readable {STAMP}")
-            continue
-        written = _changed_at(Path(entry.path) / lesson.notebook.name)
-        if written is not None and abs(written - when) > CLOCK_SLACK_SECONDS:
-            notes.append(f"{shown}: {STAMP} says {inert(stamp.strip(), 40)}, but the notebook was "
-                         f"last written at {_nbgrader_time(written)}: that time counts")
-            when, stamp = written, _nbgrader_time(written)
-        if student not in newest or when > newest[student].time:
-            newest[student] = Submission(student, Path(entry.path), when, stamp.strip()[:100])
+        found = _scan(name, parts[0], lesson, inbound_fd, check_owner)
+        if isinstance(found, str):
+            refused.append(f"{display_name(name)}: {found}")
+        elif found.student not in newest or found.time > newest[found.student].time:
+            newest[found.student] = found
     target_root = course.root / COLLECTED
-    done: dict[str, list[str]] = {"collected": [], "unchanged": [], "refused": refused}
+    done: dict[str, list[str]] = {"collected": [], "unchanged": [], "refused": refused,
+                                  "notes": []}
     for student, submission in sorted(newest.items()):
         target = target_root / student / lesson.name
-        if _read_small(target / SOURCE, 1000) == _source(submission):
+        if _read_small(target / SOURCE, 1000, binary=True) == _source(submission):
             done["unchanged"].append(student)
             continue
-        problem = _copy_submission(submission, lesson, target)
+        try:
+            problem = _copy_submission(submission, lesson, inbound_fd, target, check_owner,
+                                       done["notes"])
+        except OSError as error:  # one hand-in must not stop the class
+            problem = f"could not be copied ({error.strerror or type(error).__name__})"
+            remove_tree(target.parent / f".{lesson.name}.collecting")
         if problem:
-            refused.append(f"{display_name(submission.folder.name)}: {problem}")
+            refused.append(f"{display_name(submission.name)}: {problem}")
         else:
             done["collected"].append(student)
-    done["notes"] = notes
+    notes = done["notes"]
     course.log(f"collected {lesson.name} from {inbound}: {len(done['collected'])} new or newer "
                f"submission(s), {len(done['unchanged'])} unchanged, in {target_root}/"
                + "".join(f"\n  note: {note}" for note in notes[:50])
@@ -181,23 +203,71 @@ def collect(course, lesson: Lesson, exchange: Exchange,
     return done
 
 
-def _copy_submission(submission: Submission, lesson: Lesson, target: Path) -> str:
+def _scan(name: str, student: str, lesson: Lesson, inbound_fd: int,
+          check_owner: bool) -> Submission | str:
+    """One submission folder, looked at: a Submission, or why it is refused."""
+    from grader.deadlines import nbgrader_timestamp
+
+    if not valid_student_id(student):
+        return "not a student id"
+    folder = _open_folder(name, inbound_fd)
+    if isinstance(folder, str):
+        return folder
+    try:
+        info = os.fstat(folder)
+        refusal = _owner_refusal(info.st_uid, student, check_owner)
+        if refusal:
+            return refusal
+        stamp, _ = _read_at(folder, STAMP, 200)
+        stamp_time = nbgrader_timestamp(stamp.decode("utf-8", "replace")) if stamp else None
+        if stamp_time is None:
+            return f"no readable {STAMP}"
+        notebook = _notebook_stat(folder, lesson.notebook.name, info.st_uid, check_owner)
+        if isinstance(notebook, str):
+            return notebook
+        text = stamp.decode("utf-8", "replace").strip()[:100]
+        return Submission(student, name, (info.st_dev, info.st_ino), info.st_uid,
+                          _counted(stamp_time, notebook.st_ctime), text, stamp_time)
+    finally:
+        os.close(folder)
+
+
+def _copy_submission(submission: Submission, lesson: Lesson, inbound_fd: int, target: Path,
+                     check_owner: bool, notes: list[str]) -> str:
     """Write the submission's notebook, stamp and secret into ``target`` (replaced whole);
     an empty string, or why nothing could be copied."""
-    name = lesson.notebook.name
-    notebook = _read_small(submission.folder / name, MAX_NOTEBOOK_BYTES, binary=True)
-    if notebook is None:
-        return (f"no {name} (a regular file of at most {MAX_NOTEBOOK_BYTES // 2**20} MiB): "
-                "the student should fetch the lesson again and submit it under its name")
-    secret = (_read_small(submission.folder / SECRET, 1024) or "").strip()
+    folder = _open_folder(submission.name, inbound_fd)
+    if isinstance(folder, str):
+        return f"{folder} (it changed while being collected: collect again)"
+    try:
+        info = os.fstat(folder)
+        if (info.st_dev, info.st_ino) != submission.inode or info.st_uid != submission.owner:
+            return "replaced while being collected: collect again"
+        name = lesson.notebook.name
+        notebook = _notebook_stat(folder, name, info.st_uid, check_owner)
+        if isinstance(notebook, str):
+            return notebook
+        data, after = _read_at(folder, name, MAX_NOTEBOOK_BYTES)
+        if data is None or (check_owner and after.st_uid != info.st_uid):
+            return _no_notebook(name)
+        secret = (_read_at(folder, SECRET, 1024)[0] or b"").decode("ascii", "replace").strip()
+    finally:
+        os.close(folder)
+    when = _counted(submission.stamp_time, after.st_ctime)
+    stamp = submission.stamp
+    if when != submission.stamp_time:
+        stamp = _nbgrader_time(when)
+        notes.append(f"{display_name(submission.student)}: {STAMP} says "
+                     f"{inert(submission.stamp, 40)}, but the notebook was last written at "
+                     f"{stamp}: that time counts")
     staging = target.parent / f".{lesson.name}.collecting"
     if staging.exists():
         remove_tree(staging)
     target.parent.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # students' work
     staging.mkdir(parents=True)
-    (staging / name).write_bytes(notebook)
-    (staging / STAMP).write_text(submission.stamp)
-    (staging / SOURCE).write_text(_source(submission))
+    (staging / name).write_bytes(data)
+    (staging / STAMP).write_text(stamp)
+    (staging / SOURCE).write_bytes(_source(submission))
     if SECRET_PATTERN.fullmatch(secret):  # without it there is no feedback through the exchange
         write_private(staging / SECRET, secret)
     if target.exists():
@@ -206,19 +276,75 @@ def _copy_submission(submission: Submission, lesson: Lesson, target: Path) -> st
     return ""
 
 
-def _source(submission: Submission) -> str:
-    """Which exchange folder, at which time, a collected submission came from."""
-    return f"{submission.folder.name}\n{submission.stamp}\n"
+def _counted(stamp_time: float, changed: float) -> float:
+    """The hand-in's time: its ``timestamp.txt``, unless the notebook's inode changed at
+    another time (beyond clocks' disagreement). The ctime is set by the kernel (the file
+    server's, over NFS) to its own clock: a student can make it later, never earlier. Copying
+    an exchange (a backup restored) resets it: collect before moving one."""
+    return stamp_time if abs(changed - stamp_time) <= CLOCK_SLACK_SECONDS else changed
 
 
-def _changed_at(path: Path) -> float | None:
-    """When the file's inode last changed: set by the kernel (the file server, over NFS) to
-    its own clock, so a student can make it later but never earlier, unlike ``timestamp.txt``.
-    Copying an exchange (a backup restored) resets it: collect before moving one."""
+def _open_folder(name: str, inbound_fd: int) -> int | str:
+    """A descriptor of the submission folder ``name`` (never through a link), or why not."""
     try:
-        return path.lstat().st_ctime
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=inbound_fd)
+    except OSError as error:
+        if error.errno in (errno.ENOTDIR, errno.ELOOP):
+            return "not a folder"
+        return f"cannot be opened ({error.strerror})"
+
+
+def _owner_refusal(uid: int, student: str, check_owner: bool) -> str:
+    owner = _owner(uid)
+    if check_owner and owner != student:
+        return (f"written by user {inert(owner, 60)}, not by {display_name(student)} (a hand-in "
+                "under another's name; --no-check-owner where every student is the same user, "
+                "as on a Kubernetes hub)")
+    return ""
+
+
+def _notebook_stat(folder: int, name: str, owner: int, check_owner: bool):
+    """The notebook's lstat in the folder, or why it cannot be the student's notebook."""
+    try:
+        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
     except OSError:
-        return None
+        return _no_notebook(name)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_NOTEBOOK_BYTES:
+        return _no_notebook(name)
+    if check_owner and info.st_uid != owner:
+        return f"{name} is not the student's own file (its owner is {inert(_owner(info.st_uid))})"
+    return info
+
+
+def _no_notebook(name: str) -> str:
+    return (f"no {name} (a regular file of at most {MAX_NOTEBOOK_BYTES // 2**20} MiB): the "
+            "student should fetch the lesson again and submit it under its name")
+
+
+def _read_at(folder: int, name: str, limit: int) -> tuple[bytes | None, os.stat_result | None]:
+    """A regular file's bytes (at most ``limit``) in the folder open as ``folder``, and its
+    fstat taken after reading; (None, None) where it is not one. Never through a link, and
+    never blocking on a named pipe."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder)
+    except OSError:
+        return None, None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, None
+        data = handle.read(limit + 1)
+        after = os.fstat(fd)
+    if len(data) > limit:
+        return None, None
+    return data, after
+
+
+def _source(submission: Submission) -> bytes:
+    """Which exchange folder, at which time, a collected submission came from (the folder's
+    name as the file system has it: any bytes)."""
+    return os.fsencode(submission.name) + f"\n{submission.stamp}\n".encode()
 
 
 def _nbgrader_time(seconds: float) -> str:
@@ -265,9 +391,15 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
     finds it (nbgrader's ``release_feedback``: the page named by a hash of the submission's
     secret). Students graded from elsewhere than the exchange have no secret and are left out.
     Returns how many pages were released."""
+    if not exchange.course_path.is_dir():
+        raise CourseError(f"no course folder {exchange.course_path} in the exchange: give the "
+                          "exchange the lesson was published to (--exchange DIR, --course-id "
+                          f"ID), or publish it (python -m grader release {lesson.name} "
+                          "--exchange DIR)")
     feedback = course.root / "feedback"
     pages = sorted(feedback.glob(f"*/{lesson.name}/{lesson.notebook.stem}.html"))
-    released, without = [], []
+    secrets: dict[str, tuple[str, str]] = {}
+    without = []
     for page in pages:
         student = page.parent.parent.name
         submitted = course.root / "submitted" / student / lesson.name
@@ -275,10 +407,19 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
         stamp = _read_small(submitted / STAMP, 200)
         if not SECRET_PATTERN.fullmatch(secret) or stamp is None:
             without.append(student)
-            continue
-        write_private(page.parent / SECRET, secret)
-        (page.parent / STAMP).write_text(stamp)
-        released.append(student)
+        else:
+            secrets[student] = (secret, stamp)
+    # Two hand-ins with one secret would get one feedback file: a copied submission. Neither
+    # is released (the other student would read the page, or lose their own).
+    count = Counter(secret for secret, _ in secrets.values())
+    shared = sorted(s for s, (secret, _) in secrets.items() if count[secret] > 1)
+    released = []
+    for student, (secret, stamp) in secrets.items():
+        if student not in shared:
+            folder = feedback / student / lesson.name
+            write_private(folder / SECRET, secret)
+            (folder / STAMP).write_text(stamp)
+            released.append(student)
     if released:
         exclude = [p.name for p in feedback.iterdir() if p.name not in set(released)]
         done = course.nbgrader("release_feedback", lesson.name, *exchange.options(),
@@ -291,7 +432,10 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
                "Assignment List"
                + (f"; {len(without)} graded from elsewhere than the exchange have no "
                   f"submission secret and were left out: {inert(', '.join(without), 200)}"
-                  if without else ""))
+                  if without else "")
+               + (f"; not released, since their hand-ins carry one and the same secret (a "
+                  f"copied submission folder: look at them): {inert(', '.join(shared), 200)}"
+                  if shared else ""))
     return len(released)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -18,11 +19,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader import exchange
 from grader.cli import main
 from grader.course import Course
 from grader.deadlines import nbgrader_timestamp
 from grader.exchange import collect, settings
-from grader.lessons import load_lesson
+from grader.lessons import CourseError, load_lesson
 from tests.grading_helpers import grader, grader_env, read_notebook, submit
 
 LESSON = load_lesson("01_float_formats")
@@ -65,6 +67,7 @@ def test_publish_fetch_submit_collect_grade_and_fetch_feedback(tmp_path) -> None
     homes = {s: tmp_path / "home" / s for s in ("alice", "bob")}
     grader("--course-dir", course, "release", LESSON.name, "--exchange", exchange)
     assert (exchange / "counting-the-cost" / "outbound" / LESSON.name / NAME).is_file()
+    assert exchange.stat().st_mode & 0o1777 == 0o1777  # sticky: no one renames another's folder
     for student, home in homes.items():
         assert "Fetched as" in nbgrader_as(student, home, exchange, "fetch_assignment")
     nbformat.write(answered(homes["alice"] / LESSON.name / NAME), homes["alice"] / LESSON.name
@@ -158,12 +161,19 @@ def test_collect_takes_the_newest_and_refuses_what_it_cannot_trust(tmp_path) -> 
     (garbled / "timestamp.txt").write_text("yesterday")
     backdated = stamp_at(time.time() - 3 * 86400)  # written now, stamped three days ago
     inbound_entry(inbound, "sly", backdated)
+    inbound_entry(inbound, "later", backdated, None)  # the notebook to come after the scan
+    odd = os.fsencode(inbound) + f"/odd+{LESSON.name}+{late}+".encode() + b"\xff\xfe"
+    os.mkdir(odd)  # a name that is not UTF-8: collected all the same
+    for file, data in (("timestamp.txt", late.encode()), (NAME, b"{}")):
+        Path(os.fsdecode(odd + b"/" + file.encode())).write_bytes(data)
     inbound_entry(inbound, "seer", stamp_at(time.time() + 86400))  # stamped tomorrow
     started = time.monotonic()
     done = collect(course, LESSON, where, check_owner=False)
     assert time.monotonic() - started < 10
     reasons = {line.split("+")[0]: line for line in done["refused"]}
-    assert sorted(done["collected"]) == ["mallory", "seer", "sly"] and done["unchanged"] == [me]
+    assert sorted(done["collected"]) == ["mallory", "odd", "seer", "sly"]
+    assert done["unchanged"] == [me]
+    assert "no float_formats.ipynb" in reasons["later"]
     assert sorted(note.split(":")[0] for note in done["notes"]) == ["seer", "sly"]
     for student in ("sly", "seer"):
         counted = (course.root / "collected" / student / LESSON.name / "timestamp.txt")
@@ -176,7 +186,91 @@ def test_collect_takes_the_newest_and_refuses_what_it_cannot_trust(tmp_path) -> 
     assert "not a folder" in reasons["filey"] and "not a folder" in reasons["sym"]
     assert not (course.root / "collected" / "linky").exists()
     assert sorted(p.name for p in (course.root / "collected").iterdir()) == sorted(
-        ["mallory", "seer", "sly", me])
+        ["mallory", "odd", "seer", "sly", me])
+    again = collect(course, LESSON, where, check_owner=False)
+    assert sorted(again["unchanged"]) == sorted(["mallory", "odd", "seer", "sly", me])
+
+
+def test_a_folder_changed_during_collection_is_read_as_it_was_opened_or_refused(
+        tmp_path, monkeypatch) -> None:
+    """A student owns their submission folders: they may swap one for a link to someone
+    else's (or the instructor's) folder, or write the notebook, between the scan and the copy.
+    """
+    course = Course(tmp_path / "course", log=lambda _: None)
+    where = settings(course, str(tmp_path / "exchange"), None)
+    inbound = where.course_path / "inbound"
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    (solutions / NAME).write_text('{"solutions": 1}')
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    folder = inbound_entry(inbound, me, stamp_at(time.time()), b'{"mine": 1}')
+    inbound_fd = os.open(inbound, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        scanned = exchange._scan(folder.name, me, LESSON, inbound_fd, True)
+        target = course.root / "collected" / me / LESSON.name
+        folder.rename(inbound / "elsewhere")
+        folder.symlink_to(solutions)  # a link in its place: not followed
+        assert "not a folder" in exchange._copy_submission(scanned, LESSON, inbound_fd, target,
+                                                           True, [])
+        folder.unlink()
+        shutil.copytree(solutions, folder)  # another folder in its place: not the one scanned
+        assert "replaced while being collected" in exchange._copy_submission(
+            scanned, LESSON, inbound_fd, target, True, [])
+        assert not target.exists()
+        # The notebook written after the scan: its time is that of the file read.
+        shutil.rmtree(folder)
+        (inbound / "elsewhere").rename(folder)
+        monkeypatch.setattr(exchange, "CLOCK_SLACK_SECONDS", 1)
+        scanned = exchange._scan(folder.name, me, LESSON, inbound_fd, True)
+        time.sleep(1.5)
+        (folder / NAME).write_bytes(b'{"finished later": 1}')
+        notes = []
+        assert exchange._copy_submission(scanned, LESSON, inbound_fd, target, True, notes) == ""
+        assert (target / NAME).read_bytes() == b'{"finished later": 1}'
+        counted = nbgrader_timestamp((target / "timestamp.txt").read_text())
+        assert counted > scanned.stamp_time + 1 and len(notes) == 1
+    finally:
+        os.close(inbound_fd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another user: needs root")
+def test_what_another_user_owns_is_refused(tmp_path) -> None:
+    nobody = pwd.getpwnam("nobody").pw_uid
+    course = Course(tmp_path / "course", log=lambda _: None)
+    where = settings(course, str(tmp_path / "exchange"), None)
+    inbound = where.course_path / "inbound"
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    folder = inbound_entry(inbound, me, stamp_at(time.time()))
+    os.chown(folder / NAME, nobody, -1)  # someone else's notebook linked or moved in
+    done = collect(course, LESSON, where)
+    assert done["collected"] == [] and "not the student's own file" in done["refused"][0]
+    os.chown(inbound, nobody, -1)  # the course's inbound folder replaced by someone's own
+    with pytest.raises(CourseError, match="belongs to user nobody, not to you"):
+        collect(course, LESSON, where)
+
+
+def test_hand_ins_sharing_a_secret_get_no_feedback_through_the_exchange(tmp_path) -> None:
+    """Two hand-ins with one secret (a copied submission folder) would share one feedback
+    file: neither is released; the others are."""
+    course = Course(tmp_path / "course", log=lambda _: None)
+    where = settings(course, str(tmp_path / "exchange"), None)
+    for student, secret in (("ann", "ab" * 64), ("ben", "ab" * 64), ("cat", "cd" * 64)):
+        page = course.root / "feedback" / student / LESSON.name / f"{LESSON.notebook.stem}.html"
+        page.parent.mkdir(parents=True)
+        page.write_text(f"<p>{student}</p>")
+        submitted = course.root / "submitted" / student / LESSON.name
+        submitted.mkdir(parents=True)
+        (submitted / "submission_secret.txt").write_text(secret)
+        (submitted / "timestamp.txt").write_text(stamp_at(time.time()))
+    logged = []
+    course.log = logged.append
+    with pytest.raises(CourseError, match="publish it"):  # nothing in the exchange yet
+        exchange.release_feedback(course, LESSON, where)
+    where.course_path.mkdir(parents=True)
+    assert exchange.release_feedback(course, LESSON, where) == 1
+    released = list((where.course_path / "feedback").glob("*.html"))
+    assert [p.read_text() for p in released] == ["<p>cat</p>"]
+    assert "one and the same secret" in logged[-1] and "ann, ben" in logged[-1]
 
 
 def test_the_exchange_commands_say_what_is_missing(tmp_path, capsys) -> None:

@@ -158,7 +158,7 @@ def hub(users):
     folder.chmod(0o755)
     exchange = folder / "exchange"
     exchange.mkdir()
-    exchange.chmod(0o777)  # nbgrader's exchange: every user writes in it
+    exchange.chmod(0o1777)  # as deploy/hub/README.md says: every user writes, none renames
     try:
         with running_hub(folder, users, exchange) as (base, password):
             yield base, password, exchange, folder / "course"

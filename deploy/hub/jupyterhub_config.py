@@ -5,7 +5,7 @@ lessons out and submissions in. Set-up and the instructor's commands: README.md 
 Settings (environment variables of the hub process, read at start):
     CTC_VENV        the course's environment (default /opt/counting-the-cost/venv); its
                     bin/jupyterhub-singleuser is each user's server.
-    CTC_EXCHANGE    nbgrader's exchange folder, mode 777 (default /srv/nbgrader/exchange).
+    CTC_EXCHANGE    nbgrader's exchange folder, mode 1777 (default /srv/nbgrader/exchange).
     CTC_USERS_FILE  who may log in (default users.txt beside this file): one "ROLE NAME" a line,
                     ROLE "student" or "instructor"; "#" starts a comment.
 """
