@@ -10,10 +10,10 @@ TORCH ?= torch==2.13.0
 # JupyterHub's proxy (npm), for tests/test_hub.py: installed in .venv/node/, not system-wide.
 CHP_VERSION ?= 5.3.0
 # The test's single-user servers run as other users, who may not be allowed to run this venv's
-# Python (pyenv's under /root is not): as root, .venv/hub/ holds the student-facing packages,
-# at .venv's versions, on the system's Python, and this package (its Validate; no torch).
+# Python (pyenv's under /root is not): as root, .venv/hub/ is the course's environment again
+# (this package, [hub]; the browser-facing packages at .venv's versions) on the system's Python.
 HUB_PYTHON ?= /usr/bin/python3
-HUB_PACKAGES := jupyterhub|jupyterlab|jupyter_server|nbgrader|ipykernel|ipywidgets|notebook
+HUB_PINNED := jupyterhub|jupyterlab|jupyter_server|nbgrader|ipykernel|ipywidgets|notebook
 
 .PHONY: lab lab-smoke demo test lint setup clean
 
@@ -41,10 +41,10 @@ $(VENV)/.installed: pyproject.toml
 	else echo "note: the JupyterHub test needs npm's configurable-http-proxy (install" \
 	  "Node.js and npm)"; fi
 	@if [ "$$(id -u)" = 0 ] && [ -x "$(HUB_PYTHON)" ]; then \
-	  $(BIN)/python -m pip freeze | grep -iE '^($(HUB_PACKAGES))==' > $(VENV)/hub-pins.txt \
+	  $(BIN)/python -m pip freeze | grep -iE '^($(HUB_PINNED))==' > $(VENV)/hub-pins.txt \
 	  && { test -x $(VENV)/hub/bin/python || $(HUB_PYTHON) -m venv $(VENV)/hub; } \
-	  && $(VENV)/hub/bin/python -m pip install --quiet -r $(VENV)/hub-pins.txt \
-	  && $(VENV)/hub/bin/python -m pip install --quiet --no-deps -e . \
+	  && $(VENV)/hub/bin/python -m pip install --quiet '$(TORCH)' \
+	  && $(VENV)/hub/bin/python -m pip install --quiet -c $(VENV)/hub-pins.txt -e '.[hub]' \
 	  || echo "note: no environment for the JupyterHub test's single-user servers"; fi
 	@touch $@
 

@@ -4,7 +4,8 @@ A hub started from deploy/hub/jupyterhub_config.py (only its authenticator, port
 changed) serves two students and an instructor, each a system user created for this test. The
 instructor releases lesson 01 to nbgrader's exchange with ``python -m grader``. Each student, in
 headless Chromium, logs in, opens the Assignment List from the Nbgrader menu, fetches the lesson,
-answers one exercise (one correctly, one wrongly), and submits. The instructor collects,
+answers one exercise (one correctly, one wrongly; the first presses Validate), and submits.
+The instructor collects,
 autogrades and releases feedback; each student fetches their feedback and sees their own score.
 This proves that the per-role config folders give students the Assignment List, that the
 exchange's permissions let submissions in as the students and out to the instructor, and that
@@ -228,6 +229,20 @@ FEEDBACK_JS = """async (folder) => {
 }"""
 
 
+def validate(page) -> None:
+    """The notebook's Validate button: the course's summary, one exercise done."""
+    page.locator(".jp-NotebookPanel:visible").first.wait_for()
+    page.get_by_role("button", name="Validate").first.click()
+    dialog = page.wait_for_selector(".jp-Dialog", timeout=180_000)
+    page.screenshot(path=SCREENSHOTS / "hub-student-right-validate.png")
+    exercises = points(read_notebook(REPO / "notebooks" / LESSON / NOTEBOOK))
+    text = dialog.text_content()
+    assert (f"1 of {len(exercises)} exercises pass their visible checks "
+            f"(1 of {sum(exercises.values()):g} points)") in text, text
+    page.keyboard.press("Escape")
+    page.wait_for_selector(".jp-Dialog", state="detached")
+
+
 def fetch_answer_submit(page, answer: str) -> None:
     """Fetch the lesson, answer the exercise (``answer``: right or wrong), submit."""
     assert page.evaluate(NBGRADER_COMMANDS) == STUDENT_PANELS
@@ -239,6 +254,8 @@ def fetch_answer_submit(page, answer: str) -> None:
     saved = page.evaluate(ANSWER_JS, {"path": f"{LESSON}/{NOTEBOOK}", "exercise": EXERCISE,
                                       "source": ANSWERS[answer]})
     assert saved, "the answer did not reach the saved notebook"
+    if answer == "right":  # Validate runs in the student's own server, with the course's env
+        validate(page)
     page.evaluate("() => window.jupyterapp.shell.activateById('nbgrader-assignment-list')")
     assignment_row(page, "fetched").locator("button", has_text="Submit").click()
     assignment_row(page, "submitted").wait_for(timeout=60_000)
