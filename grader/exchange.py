@@ -6,12 +6,15 @@ The layout is nbgrader 0.9's default exchange (``nbgrader.exchange.default``)::
     ROOT/COURSE_ID/inbound/STUDENT+LESSON+TIME+RANDOM/ one submission, written by the student
     ROOT/COURSE_ID/feedback/HASH.html                  feedback, named by the submission's secret
 
-Release and feedback go through nbgrader's own commands. Collecting is ours, for three reasons:
-nbgrader's ``collect`` copies a submission folder whole and follows links in it (a link to a
-large file, a device or the instructor's own files is copied as its target), a named pipe in
-it blocks the copy, and a submission written by another user than the one it names is only
-warned about (``CollectApp.check_owner``). Ours copies the notebook and nbgrader's two small
-files, never through a link, and refuses a submission that someone else wrote.
+Release and feedback go through nbgrader's own commands. Collecting is ours: nbgrader's
+``collect`` copies a submission folder whole and follows links in it (a link to a large file, a
+device or the instructor's own files is copied as its target), a named pipe in it blocks the
+copy, and a submission written by another user than the one it names is only warned about
+(``CollectApp.check_owner``). A student owns their submission folders and may change them
+while we read, so ours opens each folder once (never through a link) and reads the notebook and
+nbgrader's two small files through that descriptor, refuses what another user wrote, and,
+since the student writes ``timestamp.txt`` and may write any time in it, takes the change time
+of the notebook file it read where that is another time (``_counted``).
 
 The exchange's root and the course's id there are given to ``release --exchange DIR`` and
 remembered in the course directory (``exchange.json``) for ``collect`` and ``feedback``.
@@ -93,7 +96,7 @@ def publish(course, lesson: Lesson, exchange: Exchange) -> Path:
     outbound = exchange.course_path / "outbound" / lesson.name
     if done.returncode != 0 or not outbound.is_dir():
         raise CourseError(f"nbgrader release_assignment {lesson.name} to {exchange.root} "
-                          "failed (the exchange must be a folder you may write, mode 0777 "
+                          "failed (the exchange must be a folder you may write, mode 1777 "
                           "so that students may submit; nbgrader creates it where it may):\n"
                           + _tail(done.stderr + done.stdout))
     _make_sticky(course, exchange.root)
