@@ -96,7 +96,8 @@ class Course:
         self.root = self.root.resolve()
         if self.root.exists() and not self.root.is_dir():
             raise CourseError(f"course directory {self.root} exists and is not a folder")
-        self.root.mkdir(parents=True, exist_ok=True)
+        # Solutions, hidden checks, the gradebook and students' work: for this user alone.
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.deadlines_file = (self.deadlines_file.resolve() if self.deadlines_file
                                else self.root / "deadlines.toml")
         (self.root / "nbgrader_config.py").write_text(CONFIG_TEMPLATE.format(

@@ -43,6 +43,7 @@ late (the least a late hand-in can be), unless a timestamps file gives the time.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -353,15 +354,26 @@ def naive_time(value: tuple | str, zone: ZoneInfo | None, what: str) -> float | 
         return None
 
 
-def nbgrader_timestamp(text: str) -> float | None:
-    """nbgrader's ``timestamp.txt`` (``2025-03-10 22:59:00.123456 UTC``, or with an offset)."""
-    text = text.strip()[:100]
-    try:
-        from nbgrader.utils import parse_utc
+# What nbgrader's submit writes: a whole date and time in UTC. nbgrader's own parser
+# (dateutil) fills a missing year, month or day from today's date, so that "2026-11 03:03"
+# reads as another time on another day, and reads "+02:00" as a POSIX zone (UTC-2): we read
+# only this form.
+NBGRADER_STAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})"
+                            r"(?::(\d{2})(?:\.(\d{1,9}))?)?(?: ?(?:UTC|GMT|Z))?")
 
-        return parse_utc(text).replace(tzinfo=timezone.utc).timestamp()
-    except Exception:
+
+def nbgrader_timestamp(text: str) -> float | None:
+    """nbgrader's ``timestamp.txt`` (``2025-03-10 22:59:00.123456 UTC``) as seconds since the
+    epoch; None for anything else (a date without its day, an offset, a 61st second)."""
+    found = NBGRADER_STAMP.fullmatch(text.strip()[:100])
+    if found is None:
         return None
+    *fields, fraction = found.groups()
+    try:
+        when = datetime(*(int(f or 0) for f in fields), tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return when.timestamp() + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
 
 
 # ------------------------------------------------------------------ the table

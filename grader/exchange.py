@@ -92,17 +92,45 @@ def settings(course, root: str | None = None, course_id: str | None = None,
 def publish(course, lesson: Lesson, exchange: Exchange) -> Path:
     """Copy the released student version to the exchange's outbound folder (nbgrader's
     ``release_assignment``); students' Assignment Lists offer it from then on."""
+    if os.path.lexists(exchange.course_path):
+        _check_folders(course, exchange)
     done = course.nbgrader("release_assignment", lesson.name, "--force", *exchange.options())
     outbound = exchange.course_path / "outbound" / lesson.name
     if done.returncode != 0 or not outbound.is_dir():
         raise CourseError(f"nbgrader release_assignment {lesson.name} to {exchange.root} "
                           "failed (the exchange must be a folder you may write, mode 1777 "
                           "so that students may submit; nbgrader creates it where it may):\n"
-                          + _tail(done.stderr + done.stdout))
+                          + inert(_tail(done.stderr + done.stdout), 3000))
     _make_sticky(course, exchange.root)
+    _check_folders(course, exchange, "outbound", "inbound")
     course.log(f"published {lesson.name} to the exchange: {outbound} (course id "
                f"{exchange.course_id}); students fetch it in their Assignment List")
     return outbound
+
+
+def _check_folders(course, exchange: Exchange, *inside: str) -> None:
+    """The course's folder in the exchange (and ``inside`` it) must be real folders of the user
+    running the grader: a student could have made the course's folder first, or a link in its
+    place, before the course was published, to serve lessons of their own to the class. And
+    the course directory should be closed to other users of the hub."""
+    for path in (exchange.course_path, *(exchange.course_path / name for name in inside)):
+        try:
+            info = path.lstat()
+        except OSError as error:
+            raise CourseError(f"{path}: {error.strerror}") from None
+        what = "a link" if stat.S_ISLNK(info.st_mode) else (
+            "not a folder" if not stat.S_ISDIR(info.st_mode) else "")
+        if what or info.st_uid != os.geteuid():
+            raise CourseError(
+                f"{path} is {what or 'a folder'} of user {inert(_owner(info.st_uid), 60)}, not "
+                "a folder of yours: someone put it there before the course was published, or "
+                "you are not the user who published it. Publish and collect as one user; "
+                "remove it (as root) if it is not the course's, then publish again")
+    mode = course.root.stat().st_mode
+    if mode & 0o077:
+        course.log(f"warning: the course directory {course.root} may be read by other users "
+                   f"(mode {stat.S_IMODE(mode):o}): on a hub, students could read the "
+                   f"solutions, the gradebook and each other's work. chmod 700 {course.root}")
 
 
 def _make_sticky(course, root: Path) -> None:
@@ -145,17 +173,15 @@ def collect(course, lesson: Lesson, exchange: Exchange,
         raise CourseError(f"no submissions folder {inbound}: publish the lesson first "
                           f"(python -m grader release {lesson.name} --exchange DIR), or give "
                           "the exchange students submit to (--exchange DIR, --course-id ID)")
+    _check_folders(course, exchange, "inbound")
     try:
-        inbound_fd = os.open(inbound, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        inbound_fd = os.open(inbound, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
         raise CourseError(f"cannot read {inbound} ({error.strerror}): collect as the user who "
                           "published the lesson") from None
     try:
-        owner = os.fstat(inbound_fd).st_uid
-        if owner != os.geteuid():
-            raise CourseError(f"{inbound} belongs to user {_owner(owner)}, not to you: publish "
-                              "and collect as one user (a student may have put this folder in "
-                              "place of the course's: see that the exchange has mode 1777)")
+        if os.fstat(inbound_fd).st_uid != os.geteuid():  # swapped since it was checked
+            raise CourseError(f"{inbound} changed while being opened: collect again")
         return _collect(course, lesson, inbound, inbound_fd, check_owner)
     finally:
         os.close(inbound_fd)
@@ -229,8 +255,9 @@ def _scan(name: str, student: str, lesson: Lesson, inbound_fd: int,
         if isinstance(notebook, str):
             return notebook
         text = stamp.decode("utf-8", "replace").strip()[:100]
+        changed = max(notebook.st_ctime, info.st_ctime)
         return Submission(student, name, (info.st_dev, info.st_ino), info.st_uid,
-                          _counted(stamp_time, notebook.st_ctime), text, stamp_time)
+                          _counted(stamp_time, changed), text, stamp_time)
     finally:
         os.close(folder)
 
@@ -256,12 +283,11 @@ def _copy_submission(submission: Submission, lesson: Lesson, inbound_fd: int, ta
         secret = (_read_at(folder, SECRET, 1024)[0] or b"").decode("ascii", "replace").strip()
     finally:
         os.close(folder)
-    when = _counted(submission.stamp_time, after.st_ctime)
-    stamp = submission.stamp
+    when = _counted(submission.stamp_time, max(after.st_ctime, info.st_ctime))
+    stamp = _nbgrader_time(when)  # nbgrader's own form, whatever the student wrote
     if when != submission.stamp_time:
-        stamp = _nbgrader_time(when)
         notes.append(f"{display_name(submission.student)}: {STAMP} says "
-                     f"{inert(submission.stamp, 40)}, but the notebook was last written at "
+                     f"{inert(submission.stamp, 40)}, but the submission was last changed at "
                      f"{stamp}: that time counts")
     staging = target.parent / f".{lesson.name}.collecting"
     if staging.exists():
@@ -280,10 +306,13 @@ def _copy_submission(submission: Submission, lesson: Lesson, inbound_fd: int, ta
 
 
 def _counted(stamp_time: float, changed: float) -> float:
-    """The hand-in's time: its ``timestamp.txt``, unless the notebook's inode changed at
-    another time (beyond clocks' disagreement). The ctime is set by the kernel (the file
-    server's, over NFS) to its own clock: a student can make it later, never earlier. Copying
-    an exchange (a backup restored) resets it: collect before moving one."""
+    """The hand-in's time: its ``timestamp.txt``, unless the submission changed at another time
+    (beyond clocks' disagreement): ``changed`` is the later of the notebook's ctime and its
+    folder's (a folder prepared early and renamed into view later changes the folder's). A
+    ctime is set by the kernel (the file server's, over NFS) to its own clock: a student can
+    make it later, never earlier. nbgrader's submit changes the folder's mode right after
+    writing the stamp. Copying an exchange (a backup restored) resets the ctimes: collect
+    before moving one."""
     return stamp_time if abs(changed - stamp_time) <= CLOCK_SLACK_SECONDS else changed
 
 
@@ -394,11 +423,13 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
     finds it (nbgrader's ``release_feedback``: the page named by a hash of the submission's
     secret). Students graded from elsewhere than the exchange have no secret and are left out.
     Returns how many pages were released."""
-    if not exchange.course_path.is_dir():
+    if not os.path.lexists(exchange.course_path):
         raise CourseError(f"no course folder {exchange.course_path} in the exchange: give the "
                           "exchange the lesson was published to (--exchange DIR, --course-id "
                           f"ID), or publish it (python -m grader release {lesson.name} "
                           "--exchange DIR)")
+    _check_folders(course, exchange, *(["feedback"] if os.path.lexists(
+        exchange.course_path / "feedback") else []))
     feedback = course.root / "feedback"
     pages = sorted(feedback.glob(f"*/{lesson.name}/{lesson.notebook.stem}.html"))
     secrets: dict[str, tuple[str, str]] = {}
@@ -429,7 +460,7 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
                                f"--CourseDirectory.student_id_exclude={','.join(exclude)}")
         if done.returncode != 0:
             raise CourseError(f"nbgrader release_feedback {lesson.name} failed:\n"
-                              + _tail(done.stderr + done.stdout))
+                              + inert(_tail(done.stderr + done.stdout), 3000))
     course.log(f"released the feedback of {len(released)} student(s) to "
                f"{exchange.course_path / 'feedback'}: they see it with Fetch Feedback in the "
                "Assignment List"

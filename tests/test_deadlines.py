@@ -169,6 +169,12 @@ def test_times_from_nbgrader_zips_and_offsets() -> None:
     assert nbgrader_timestamp("2025-03-10 22:59:00.5 UTC") == at(
         timezone.utc, 2025, 3, 10, 22, 59).timestamp() + 0.5
     assert nbgrader_timestamp("not a time") is None
+    assert nbgrader_timestamp("2025-03-10T22:59Z") == at(timezone.utc, 2025, 3, 10, 22,
+                                                         59).timestamp()
+    for odd in ("2026-11 03:03:16 UTC", "03:03:16", "now", "2026-11-25",  # filled in from today
+                "2025-03-11 00:59 +02:00",  # dateutil reads +02:00 as UTC-2
+                "2025-12-31 23:59:60 UTC", "2025-02-30 10:00 UTC"):
+        assert nbgrader_timestamp(odd) is None, odd
     assert naive_time((2025, 3, 10, 23, 59, 0), BERLIN, "zip") == at(
         BERLIN, 2025, 3, 10, 23, 59).timestamp()
     assert naive_time((2025, 3, 10, 23, 59, 0), None, "zip") is None  # no zone: no time

@@ -229,6 +229,13 @@ def test_a_folder_changed_during_collection_is_read_as_it_was_opened_or_refused(
         assert (target / NAME).read_bytes() == b'{"finished later": 1}'
         counted = nbgrader_timestamp((target / "timestamp.txt").read_text())
         assert counted > scanned.stamp_time + 1 and len(notes) == 1
+        # A folder prepared early under a name collect ignores, renamed into view later.
+        prepared = inbound_entry(inbound, me, stamp_at(time.time()), lesson="prepared")
+        time.sleep(1.5)
+        shown = inbound / f"{me}+{LESSON.name}+{stamp_at(time.time() - 2)}+late"
+        prepared.rename(shown)
+        scanned = exchange._scan(shown.name, me, LESSON, inbound_fd, True)
+        assert scanned.time > scanned.stamp_time + 1  # the folder's ctime: the renaming
     finally:
         os.close(inbound_fd)
 
@@ -245,8 +252,32 @@ def test_what_another_user_owns_is_refused(tmp_path) -> None:
     done = collect(course, LESSON, where)
     assert done["collected"] == [] and "not the student's own file" in done["refused"][0]
     os.chown(inbound, nobody, -1)  # the course's inbound folder replaced by someone's own
-    with pytest.raises(CourseError, match="belongs to user nobody, not to you"):
+    with pytest.raises(CourseError, match="is a folder of user nobody, not a folder of yours"):
         collect(course, LESSON, where)
+
+
+def test_a_course_folder_planted_in_the_exchange_is_refused(tmp_path) -> None:
+    """Before the course is first published, any user may create its folder in the exchange,
+    or a link in its place, and serve the class lessons of their own: refused, not used."""
+    course = Course(tmp_path / "course", log=lambda _: None)
+    assert oct(course.root.stat().st_mode & 0o777) == "0o700"  # solutions: not for students
+    where = settings(course, str(tmp_path / "exchange"), None)
+    planted = tmp_path / "planted"
+    (planted / "inbound").mkdir(parents=True)
+    where.root.mkdir()
+    where.course_path.symlink_to(planted)
+    for attempt in (lambda: exchange.publish(course, LESSON, where),
+                    lambda: collect(course, LESSON, where),
+                    lambda: exchange.release_feedback(course, LESSON, where)):
+        with pytest.raises(CourseError, match="is a link of user"):
+            attempt()
+    where.course_path.unlink()
+    (where.course_path / "inbound").mkdir(parents=True)
+    logged = []
+    course.log = logged.append
+    course.root.chmod(0o755)
+    collect(course, LESSON, where)
+    assert any("may be read by other users" in line for line in logged)
 
 
 def test_hand_ins_sharing_a_secret_get_no_feedback_through_the_exchange(tmp_path) -> None:
