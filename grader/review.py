@@ -396,9 +396,9 @@ def regrade(course, lesson: Lesson, student_id: str, by: str | None, discard: bo
     try:
         (folder / student_id).mkdir()
         shutil.copyfile(stored, folder / student_id / lesson.notebook.name)
-        for name in NBGRADER_FILES:  # an exchange hand-in's time and feedback secret
-            if (stored.parent / name).is_file():
-                shutil.copyfile(stored.parent / name, folder / student_id / name)
+        for kept in NBGRADER_FILES:  # an exchange hand-in's time and feedback secret
+            if (stored.parent / kept).is_file():
+                shutil.copyfile(stored.parent / kept, folder / student_id / kept)
         statuses = course.autograde(lesson, folder, layout="folders", keep_handins=True,
                                     discard_overrides=discard, by=name, **options)
     finally:
