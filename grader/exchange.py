@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from grader.course import COURSE_ID, _tail
 from grader.intake import MAX_NOTEBOOK_BYTES, display_name, inert, valid_student_id
 from grader.lessons import CourseError, Lesson
 from grader.sandbox import remove_tree
@@ -67,8 +68,6 @@ def settings(course, root: str | None = None, course_id: str | None = None,
              remember: bool = False) -> Exchange:
     """The exchange to use: what is given, else what ``release --exchange`` remembered, else
     nbgrader's default root and the course's id."""
-    from grader.course import COURSE_ID
-
     saved: dict[str, str] = {}
     path = course.root / SETTINGS_FILE
     if path.exists():
@@ -248,13 +247,13 @@ def _scan(name: str, student: str, lesson: Lesson, inbound_fd: int,
         if refusal:
             return refusal
         stamp, _ = _read_at(folder, STAMP, 200)
-        stamp_time = nbgrader_timestamp(stamp.decode("utf-8", "replace")) if stamp else None
+        text = stamp.decode("utf-8", "replace").strip()[:100] if stamp is not None else ""
+        stamp_time = nbgrader_timestamp(text)
         if stamp_time is None:
             return f"no readable {STAMP}"
         notebook = _notebook_stat(folder, lesson.notebook.name, info.st_uid, check_owner)
         if isinstance(notebook, str):
             return notebook
-        text = stamp.decode("utf-8", "replace").strip()[:100]
         changed = max(notebook.st_ctime, info.st_ctime)
         return Submission(student, name, (info.st_dev, info.st_ino), info.st_uid,
                           _counted(stamp_time, changed), text, stamp_time)
@@ -274,13 +273,12 @@ def _copy_submission(submission: Submission, lesson: Lesson, inbound_fd: int, ta
         if (info.st_dev, info.st_ino) != submission.inode or info.st_uid != submission.owner:
             return "replaced while being collected: collect again"
         name = lesson.notebook.name
-        notebook = _notebook_stat(folder, name, info.st_uid, check_owner)
-        if isinstance(notebook, str):
-            return notebook
         data, after = _read_at(folder, name, MAX_NOTEBOOK_BYTES)
-        if data is None or (check_owner and after.st_uid != info.st_uid):
+        if data is None:
             return _no_notebook(name)
-        secret = (_read_at(folder, SECRET, 1024)[0] or b"").decode("ascii", "replace").strip()
+        if check_owner and after.st_uid != info.st_uid:
+            return _not_own(name, after.st_uid)
+        secret = _secret(_read_at(folder, SECRET, 1024)[0])
     finally:
         os.close(folder)
     when = _counted(submission.stamp_time, max(after.st_ctime, info.st_ctime))
@@ -297,7 +295,7 @@ def _copy_submission(submission: Submission, lesson: Lesson, inbound_fd: int, ta
     (staging / name).write_bytes(data)
     (staging / STAMP).write_text(stamp)
     (staging / SOURCE).write_bytes(_source(submission))
-    if SECRET_PATTERN.fullmatch(secret):  # without it there is no feedback through the exchange
+    if secret:  # without it there is no feedback through the exchange
         write_private(staging / SECRET, secret)
     if target.exists():
         remove_tree(target)
@@ -345,8 +343,19 @@ def _notebook_stat(folder: int, name: str, owner: int, check_owner: bool):
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_NOTEBOOK_BYTES:
         return _no_notebook(name)
     if check_owner and info.st_uid != owner:
-        return f"{name} is not the student's own file (its owner is {inert(_owner(info.st_uid))})"
+        return _not_own(name, info.st_uid)
     return info
+
+
+def _not_own(name: str, uid: int) -> str:
+    return f"{name} is not the student's own file (its owner is {inert(_owner(uid))})"
+
+
+def _secret(raw: bytes | str | None) -> str:
+    """A submission secret as nbgrader's submit writes it (hex digits), or "" for anything
+    else: it names a feedback file, so nothing else may pass."""
+    text = (raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw or "").strip()
+    return text if SECRET_PATTERN.fullmatch(text) else ""
 
 
 def _no_notebook(name: str) -> str:
@@ -354,7 +363,8 @@ def _no_notebook(name: str) -> str:
             "student should fetch the lesson again and submit it under its name")
 
 
-def _read_at(folder: int, name: str, limit: int) -> tuple[bytes | None, os.stat_result | None]:
+def _read_at(folder: int | None, name: str | Path,
+             limit: int) -> tuple[bytes | None, os.stat_result | None]:
     """A regular file's bytes (at most ``limit``) in the folder open as ``folder``, and its
     fstat taken after reading; (None, None) where it is not one. Never through a link, and
     never blocking on a named pipe."""
@@ -384,20 +394,11 @@ def _nbgrader_time(seconds: float) -> str:
 
 
 def _read_small(path: Path, limit: int, binary: bool = False):
-    """A regular file's content if it has at most ``limit`` bytes, else None. Never through a
-    link, and never blocking on a named pipe a student left in the exchange."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        return None
-    return data if binary else data.decode("utf-8", "replace")
+    """``_read_at`` by path: a regular file's content (at most ``limit`` bytes), else None."""
+    data, _ = _read_at(None, path, limit)
+    if data is None or binary:
+        return data
+    return data.decode("utf-8", "replace")
 
 
 def write_private(path: Path, text: str) -> None:
@@ -437,9 +438,9 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
     for page in pages:
         student = page.parent.parent.name
         submitted = course.root / "submitted" / student / lesson.name
-        secret = (_read_small(submitted / SECRET, 1024) or "").strip()
+        secret = _secret(_read_small(submitted / SECRET, 1024))
         stamp = _read_small(submitted / STAMP, 200)
-        if not SECRET_PATTERN.fullmatch(secret) or stamp is None:
+        if not secret or stamp is None:
             without.append(student)
         else:
             secrets[student] = (secret, stamp)
@@ -473,16 +474,14 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
     return len(released)
 
 
-def _tail(text: str, lines: int = 25) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
 def copy_exchange_files(source_folder: Path, target_folder: Path) -> None:
     """nbgrader's stamp and secret beside a collected notebook, into the course's copy of the
     hand-in (where ``release_feedback`` reads the secret of the graded submission)."""
     for name, limit in ((STAMP, 200), (SECRET, 1024)):
         text = _read_small(source_folder / name, limit)
-        if text is not None and (name == STAMP or SECRET_PATTERN.fullmatch(text.strip())):
-            write_private(target_folder / name, text.strip() if name == SECRET else text)
+        if text is not None and name == SECRET:
+            text = _secret(text) or None
+        if text is not None:
+            write_private(target_folder / name, text)
 
 
