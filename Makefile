@@ -15,7 +15,7 @@ CHP_VERSION ?= 5.3.0
 HUB_PYTHON ?= /usr/bin/python3
 HUB_PINNED := jupyterhub|jupyterlab|jupyter_server|nbgrader|ipykernel|ipywidgets|notebook
 
-.PHONY: lab lab-smoke demo test lint setup clean
+.PHONY: lab lab-smoke demo test lint setup clean labextension
 
 # Installs again only when pyproject.toml changes. Grading sandboxes student code with
 # bubblewrap (Linux only); the browser test drives Debian's chromium; the tests of grading on
@@ -62,6 +62,18 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup
+
+# The course's Validate button (grader/labextension/): its build is committed, so that students
+# need no Node.js; after changing index.js or style/, rebuild it here (needs npm) and commit.
+LABEXT := grader/labextension
+labextension: $(VENV)/.installed
+	cd $(LABEXT) && npm ci --silent --no-fund --no-audit
+	rm -rf $(LABEXT)/share
+	cd $(LABEXT) && node node_modules/@jupyterlab/builder/lib/build-labextension.js \
+	  --core-path "$$($(CURDIR)/$(BIN)/python -c 'import jupyterlab, os; \
+	    print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" . >/dev/null
+	$(BIN)/python -c 'from grader.lab import button_sources; print(button_sources())' \
+	  > $(LABEXT)/built-from.txt
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

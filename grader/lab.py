@@ -29,29 +29,35 @@ from grader.lessons import REPO, CourseError, Lesson, all_lessons
 
 DEFAULT_WORKSPACE = REPO / "workspace"
 START_TIMEOUT_SECONDS = 90
-# Students get nbgrader's Validate button and nothing of its instructor side (the Create
-# Assignment panel edits cell types; formgrader, course and assignment lists need an exchange
-# folder the course does not use), and no news pop-up.
+# Students get the course's Validate button (grader/labextension/, in place of nbgrader's,
+# whose dialog fails when everything passes) and nothing of nbgrader's instructor side (the
+# Create Assignment panel edits cell types; formgrader, course and assignment lists need an
+# exchange folder the course does not use), and no news pop-up.
 HIDDEN_LAB_PLUGINS = ["@jupyter/nbgrader:menu", "@jupyter/nbgrader:course-list",
                       "@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:create-assignment",
-                      "@jupyter/nbgrader:formgrader",
+                      "@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:validate-assignment",
                       "@jupyterlab/apputils-extension:announcements"]
-# Validate is answered by grader/lab_validate.py: nbgrader's validator, a summary at the end.
+# The course's Validate button, built (grader/labextension/README.md) and committed.
+LAB_EXTENSIONS = Path(__file__).resolve().parent / "labextension" / "share" / "labextensions"
+VALIDATE_PLUGIN = "counting-the-cost-validate"
+# Validate is answered by grader/lab_validate.py: nbgrader's validator, the summary first.
 SERVER_EXTENSIONS = {"nbgrader.server_extensions.formgrader": False,
                      "nbgrader.server_extensions.course_list": False,
                      "nbgrader.server_extensions.assignment_list": False,
                      "nbgrader.server_extensions.validate_assignment": False,
                      "grader.lab_validate": True}
-# nbgrader's Validate runs the notebook; a lesson imports torch, which can keep IOPub busy for
-# a while on a loaded laptop: wait for it rather than fail with CellTimeoutError.
-VALIDATE_CONFIG = """\
-# Written by `python -m grader lab`; edits here are overwritten.
-c = get_config()  # noqa: F821
-c.Execute.timeout = 120
-c.Execute.iopub_timeout = 30
-c.Execute.raise_on_iopub_timeout = False
-c.Execute.startup_timeout = 120
-"""
+BUTTON_SOURCES = ["index.js", "style/index.css", "package.json", "package-lock.json"]
+
+
+def button_sources() -> str:
+    """The SHA-256 of the Validate button's sources, as ``make labextension`` records it beside
+    the build it made (``built-from.txt``): a test compares, so a change to the sources without
+    a new build fails."""
+    folder = LAB_EXTENSIONS.parent.parent
+    digest = hashlib.sha256()
+    for name in BUTTON_SOURCES:
+        digest.update(name.encode() + b"\0" + (folder / name).read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 VERSIONS = ".course-versions.json"  # in the workspace: which release each copy was made from
@@ -131,8 +137,8 @@ def lab_environment(course: Course) -> dict[str, str]:
     (config / "labconfig" / "page_config.json").write_text(
         json.dumps({"disabledExtensions": dict.fromkeys(HIDDEN_LAB_PLUGINS, True)}, indent=1))
     (config / "jupyter_server_config.json").write_text(json.dumps(
-        {"ServerApp": {"jpserver_extensions": SERVER_EXTENSIONS}}, indent=1))
-    (config / "nbgrader_config.py").write_text(VALIDATE_CONFIG)
+        {"ServerApp": {"jpserver_extensions": SERVER_EXTENSIONS},
+         "LabApp": {"extra_labextensions_path": [str(LAB_EXTENSIONS)]}}, indent=1))
     env = dict(os.environ)
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
         p for p in (str(config), env.get("JUPYTER_CONFIG_PATH", "")) if p)
@@ -196,14 +202,15 @@ def smoke_test(workspace: Path, lessons: list[Lesson], port: int, env: dict[str,
             raise CourseError(f"JupyterLab does not list {', '.join(missing)}")
         print(f"lab server answered on {base}; lessons listed: {', '.join(sorted(listed))}")
         page = _request(f"{base}/lab", token).decode()
-        if '"name": "@jupyter/nbgrader"' not in page or "nbgrader:validate-assignment" in page:
-            raise CourseError("the nbgrader lab extension (Validate button) is not loaded")
+        if f'"name": "{VALIDATE_PLUGIN}"' not in page:
+            raise CourseError("the course's Validate button (grader/labextension) is not loaded")
         first = lessons[0]
         path = f"{first.name}/{first.notebook.name}"
-        answer = json.loads(_request(f"{base}/assignments/validate", token, {"path": path}))
+        answer = json.loads(_request(f"{base}/counting-the-cost/validate", token,
+                                     {"path": path}))
         if not answer.get("success"):
-            raise CourseError(f"nbgrader's Validate did not run on {path}: {answer}")
-        print(f"nbgrader extension loaded; Validate ran on {path}")
+            raise CourseError(f"Validate did not run on {path}: {answer}")
+        print(f"Validate button loaded; Validate ran on {path}: {answer['value']['headline']}")
         return 0
 
 

@@ -4,7 +4,8 @@
 # `check_raises("f(-1)", ValueError)` passes when f(-1) raises a ValueError (or a subclass).
 # A cell that calls an exercise not done yet says which one to finish, in one line.
 # `check_prediction("my_guess", sealed)` says how close your prediction is, without showing the
-# answer in the cell (it is sealed: packed, not written out).
+# answer in the cell (it is sealed: packed, not written out); `compare_prediction("my_guess",
+# measured)` sets it beside a measurement.
 import base64 as _base64
 import json as _json
 import math as _math
@@ -41,6 +42,8 @@ def check(expression: str, expected: object, *, rel_tol: float = 0.0, abs_tol: f
         got = eval(expression, namespace)
     except NotImplementedError:
         raise CheckFailed(f"{expression}: not implemented yet") from None
+    except NameError as error:
+        raise CheckFailed(_undefined(expression, error)) from None
     except Exception as error:
         raise CheckFailed(f"{expression} raised {_raised(error)}") from None
     problem = _difference(got, expected, rel_tol, abs_tol)
@@ -57,37 +60,97 @@ def check_raises(expression: str, error: type[Exception]):
         raise CheckFailed(f"{expression}: not implemented yet") from None
     except error:
         return
+    except NameError as other:
+        raise CheckFailed(_undefined(expression, other)) from None
     except Exception as other:
         raise CheckFailed(f"{expression}: expected {error.__name__}, got {_raised(other)}") \
             from None
     raise CheckFailed(f"{expression}: expected {error.__name__}, got a result {got!r:.200}")
 
 
-def check_prediction(name: str, sealed: str, *, rel_tol: float = 0.25) -> None:
+def check_prediction(name: str, sealed: str, *, rel_tol: float = 0.25,
+                     graded: bool = False) -> None:
     """Say whether the number you predicted, ``name``, is within ``rel_tol`` of the answer; the
-    answer stays sealed until you have committed to yours."""
+    answer stays sealed until you have committed to yours. A graded prediction's check says
+    only whether your number is inside the graded band, not on which side of the answer it is;
+    one outside the band is marked so that Validate counts no point for it, as grading will."""
     namespace = _sys._getframe(1).f_globals
     guess = namespace.get(name)
+    if guess is None or guess is Ellipsis:
+        if graded:  # its test cell: not done yet, as an exercise whose code is still to write
+            raise CheckFailed(f"{name}: not done yet: write your prediction as a number in the "
+                              "cell above, run it, then run this cell")
+        print("No prediction yet: write your number in place of None and run this cell again.")
+        return
     if type(guess) not in (int, float) or not _math.isfinite(guess):
-        raise CheckFailed(f"{name}: write your prediction as a number first (got {guess!r:.60})")
+        raise CheckFailed(f"{name}: write your prediction as a number (got {guess!r:.60})")
     answer = _unseal(sealed)
-    if _math.isclose(guess, answer, rel_tol=rel_tol):
-        print(f"{name} = {guess:g}: within {rel_tol:.0%} of the answer. Well predicted.")
+    close = _math.isclose(guess, answer, rel_tol=rel_tol)
+    shown = f"{name} = {readable(guess)}"
+    if graded and close:
+        print(f"{shown}: in, and within the graded band ({rel_tol:.0%} either side of the "
+              "answer): all visible checks passed")
+    elif graded:
+        _verdict(f"{shown}: in, outside the graded band ({rel_tol:.0%} either side of the "
+                 "answer): no point. The next cells show why; keep your number, and compare.",
+                 "outside_band")
+    elif close:
+        print(f"{shown}: within {rel_tol:.0%} of the answer. Well predicted.")
     else:
         side = "above" if guess > answer else "below"
-        print(f"{name} = {guess:g}: {side} the answer by more than {rel_tol:.0%}. The next cells "
-              "show why; keep your number, and compare.")
+        print(f"{shown}: {side} the answer by more than {rel_tol:.0%}. The next cells show why; "
+              "keep your number, and compare.")
+
+
+def compare_prediction(name: str, measured: float, *, unit: str = "") -> None:
+    """Print your prediction ``name`` beside what the cell measured, and how far apart they
+    are (for predictions of a measurement, whose answer no one knows before the run)."""
+    namespace = _sys._getframe(1).f_globals
+    guess = namespace.get(name)
+    got = f"measured {readable(measured)}{unit}"
+    if guess is None or guess is Ellipsis:
+        print(f"{got}; no prediction yet: write yours in the cell above, and compare.")
+    elif type(guess) not in (int, float) or not _math.isfinite(guess) or measured == 0:
+        print(f"{got}; your prediction {guess!r:.60} is not a number to compare with it.")
+    else:
+        ratio = guess / measured
+        how = ("within 10% of it. Well predicted." if abs(ratio - 1) <= 0.1 else
+               f"{ratio:.2g} times the measurement." if ratio > 1 else
+               f"{1 / ratio:.2g} times smaller than the measurement." if ratio > 0 else
+               "of the other sign.")
+        print(f"{got}; your prediction, {readable(guess)}{unit}, is {how}")
 
 
 def check_choice(name: str, sealed: str) -> None:
     """Say whether the option you chose, ``name`` (a letter), is the right one."""
     namespace = _sys._getframe(1).f_globals
     choice = namespace.get(name)
+    if choice is None or choice is Ellipsis:
+        print("No prediction yet: write your letter in place of None and run this cell again.")
+        return
     if type(choice) is not str or not choice.strip():
-        raise CheckFailed(f"{name}: write your choice as a letter first (got {choice!r:.60})")
+        raise CheckFailed(f"{name}: write your choice as a letter (got {choice!r:.60})")
     right = choice.strip().lower() == _unseal(sealed)
     print(f"{name} = {choice!r}: " + ("right." if right else "not this one. The next cells show "
                                       "which, and why."))
+
+
+def readable(x: float) -> str:
+    """A number as people write it: 18,874,368, 295.3, 0.0123, 1.5e-08."""
+    if type(x) is int or (type(x) is float and x.is_integer() and abs(x) < 1e18):
+        return f"{int(x):,}"
+    if x != 0 and not 1e-4 <= abs(x) < 1e18:
+        return f"{x:.3g}"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+def _verdict(line: str, verdict: str) -> None:
+    """Show ``line`` as a cell's output, marked with ``verdict`` for Validate's summary (which
+    reads the mark; the student sees the line)."""
+    from IPython.display import publish_display_data
+
+    publish_display_data({"text/plain": line},
+                         metadata={"counting_the_cost": {"verdict": verdict}})
 
 
 def seal(answer: object) -> str:
@@ -97,6 +160,18 @@ def seal(answer: object) -> str:
 
 def _unseal(sealed: str) -> object:
     return _json.loads(_zlib.decompress(_base64.b64decode(sealed)))
+
+
+def _undefined(expression: str, error: NameError) -> str:
+    """A check of a name that is not defined: its cell has not run, or raised (a SyntaxError
+    stops a cell before it defines anything); a NameError inside the student's own function
+    is that function's error."""
+    if error.__traceback__ is not None and error.__traceback__.tb_next is not None \
+            and error.__traceback__.tb_next.tb_next is not None:  # raised inside a function
+        return f"{expression} raised {_raised(error)}"
+    return (f"{expression}: `{getattr(error, 'name', None) or error}` is not defined: run "
+            "the cell that defines it (if it shows an error, a SyntaxError for one, fix that "
+            "first)")
 
 
 def _raised(error: BaseException) -> str:
@@ -124,33 +199,71 @@ def _name_items(expression: str, problem: str) -> str:
     return problem
 
 
-def _not_done(shell, etype, value, tb, tb_offset=None):
-    """IPython's handler for NotImplementedError: name the exercise to finish first, in one
-    line, when the error comes from a function of this notebook; else the usual traceback.
-    IPython ignores what the handler returns, so it shows the lines itself."""
-    name, step, innermost = None, tb, None
-    while step is not None:
-        frame = step.tb_frame
-        if frame.f_globals is shell.user_ns and frame.f_code.co_name != "<module>":
-            owner = frame.f_locals.get("self")  # a method: name its class too
-            name = (f"{type(owner).__name__}.{frame.f_code.co_name}" if owner is not None
-                    else frame.f_code.co_name)
-        innermost, step = frame, step.tb_next
-    in_the_cell = (innermost is not None and innermost.f_globals is shell.user_ns
-                   and innermost.f_code.co_name == "<module>")
-    if str(value) or (name is None and not in_the_cell):
+def _own_frames(shell, tb):
+    """The frames of ``tb`` that run the notebook's own code (its cells and the functions
+    defined in them), outermost first."""
+    frames = []
+    while tb is not None:
+        if tb.tb_frame.f_globals is shell.user_ns:
+            frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return frames
+
+
+def _where(frames) -> str:
+    """`` (in decode, line 7 of its cell)`` for the innermost function of the notebook's own
+    code, or the line of the cell itself."""
+    for frame, line in reversed(frames):
+        if frame.f_code.co_name != "<module>":
+            return f" (in {frame.f_code.co_name}, line {line} of its cell)"
+    return f" (line {frames[-1][1]} of this cell)" if frames else ""
+
+
+def _one_line_errors(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for three errors a student meets while working through a lesson,
+    each shown as one line where the usual traceback says nothing more:
+    - NotImplementedError from a function of this notebook: name the exercise to finish;
+    - NameError raised by the cell itself: a cell run before the cells above it (running
+      ahead): name what is missing and what to run;
+    - KeyboardInterrupt (the stop button): say where the cell was stopped.
+    Any other error, or one of these raised elsewhere, keeps the usual traceback. IPython
+    ignores what the handler returns, so it shows the lines itself."""
+    frames = _own_frames(shell, tb)
+    innermost = frames[-1][0] if frames else None
+    in_the_cell = innermost is not None and innermost.f_code.co_name == "<module>" and (
+        tb is not None and _innermost(tb) is innermost)
+    lines = None
+    if issubclass(etype, NotImplementedError) and not str(value):
+        functions = [f for f, _ in frames if f.f_code.co_name != "<module>"]
+        if functions:
+            owner = functions[-1].f_locals.get("self")  # a method: name its class too
+            name = functions[-1].f_code.co_name
+            name = f"{type(owner).__name__}.{name}" if owner is not None else name
+            lines = [f"\x1b[0;31mNotImplementedError\x1b[0m: `{name}` is an exercise not done "
+                     "yet: finish it above (its checks pass), then run this cell again"]
+        elif in_the_cell:  # the cell itself: a prediction or an answer to write in
+            lines = ["\x1b[0;31mNotImplementedError\x1b[0m: this cell is yours to fill in: "
+                     "replace `raise NotImplementedError()` with your answer, then run it again"]
+    elif issubclass(etype, NameError) and in_the_cell and getattr(value, "name", None):
+        lines = [f"\x1b[0;31mNameError\x1b[0m: `{value.name}` is not defined yet: it comes "
+                 "from a cell above this one. Run the cells above first (Run > Run All Above "
+                 "Selected Cell), then this one"]
+    elif issubclass(etype, KeyboardInterrupt):
+        lines = [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted{_where(frames)}"]
+    if lines is None:
         lines = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset)
-    elif in_the_cell:  # the cell itself: a prediction or an answer to write in
-        lines = ["\x1b[0;31mNotImplementedError\x1b[0m: this cell is yours to fill in: replace "
-                 "`raise NotImplementedError()` with your answer, then run it again"]
-    else:
-        lines = [f"\x1b[0;31mNotImplementedError\x1b[0m: `{name}` is an exercise not done "
-                 "yet: finish it above (its checks pass), then run this cell again"]
     shell._showtraceback(etype, value, lines)
 
 
+def _innermost(tb):
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame
+
+
 if _get_ipython() is not None:  # in a notebook, not imported as a module
-    _get_ipython().set_custom_exc((NotImplementedError,), _not_done)
+    _get_ipython().set_custom_exc((NotImplementedError, NameError, KeyboardInterrupt),
+                                  _one_line_errors)
 
 
 def _type_name(value: object) -> str:

@@ -32,6 +32,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "worker. Install the versions pyproject.toml pins (make setup)."), stacklevel=1)
 
 
+@pytest.fixture(scope="session")
+def shared_tmp(tmp_path_factory) -> "os.PathLike":
+    """A folder that every xdist worker of this test run sees (the parent of the workers' own
+    temporary folders), for work done once per run and shared: released lessons
+    (tests/grading_helpers.released)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def browser():
     """One headless Chromium (Debian's) per test module that drives a page. Playwright's sync API

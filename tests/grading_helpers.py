@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import csv
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +85,83 @@ def grader_peak_rss(*args: str | Path) -> tuple[subprocess.CompletedProcess[str]
                              f"{done.stdout}\n{done.stderr}")
     peak = int(done.stderr.rsplit("PEAK_RSS_KB", 1)[1].split()[0]) * 1024
     return done, peak
+
+
+# For each lesson: a graded function whose wrong answer fails its visible checks and breaks no
+# other exercise, and the wrong cell source (tests/test_grading.py checks every lesson has one).
+WRONG_ANSWERS = {
+    "01_float_formats": ("machine_epsilon",
+                         "def machine_epsilon(fmt):\n    return 2.0 ** -(fmt.mantissa_bits + 1)"),
+    "02_tensors_and_strides": ("broadcast_shapes",
+                               "def broadcast_shapes(a, b):\n    return tuple(a)"),
+    "03_matmul_flops": ("mfu", "def mfu(flops, seconds, peak_flops):\n    return flops / seconds"),
+    "04_backprop_flops": ("training_days",
+                          "def training_days(total_flops, n_gpus, peak_flops, mfu):"
+                          "\n    return total_flops / (n_gpus * peak_flops)"),
+    "05_adamw_memory": ("largest_trainable_params",
+                        "def largest_trainable_params(n_gpus, gpu_bytes, bytes_per_param):"
+                        "\n    return n_gpus * gpu_bytes"),
+    "06_training_step": ("loss_scale_update",
+                         "def loss_scale_update(scale, growth_tracker, found_inf,"
+                         " growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):"
+                         "\n    return scale, growth_tracker"),
+    "07_many_devices": ("pipeline_bubble_fraction",
+                        "def pipeline_bubble_fraction(n_stages, n_microbatches):"
+                        "\n    return (n_stages - 1) / n_microbatches"),
+    "08_inference": ("max_batch_size",
+                     "def max_batch_size(gpu_bytes, n_params, context_len, kv_bytes_per_token,"
+                     " bytes_per_param=2):"
+                     "\n    return int(gpu_bytes // (context_len * kv_bytes_per_token))"),
+}
+
+
+def released(lesson, shared: Path) -> Path:
+    """The student version of ``lesson``, released once per test session under ``shared`` (a
+    folder every xdist worker sees) and reused: a file lock lets one worker release it while
+    the others wait. Read it, never write it: copy it first."""
+    from grader.course import Course
+
+    folder = shared / "released" / lesson.name
+    with (shared / f"release-{lesson.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / lesson.notebook.name).exists():
+            course = Course(shared / "release-courses" / lesson.name, log=lambda _: None)
+            staged = folder.with_name(folder.name + ".partial")
+            shutil.rmtree(staged, ignore_errors=True)
+            shutil.copytree(course.release(lesson), staged)
+            staged.rename(folder)
+    return folder
+
+
+def answered(student: nbformat.NotebookNode, lesson) -> nbformat.NotebookNode:
+    """A copy of the student version with every answer cell filled in from the instructor's."""
+    reference = {c.metadata.nbgrader.grade_id: c.source
+                 for c in read_notebook(lesson.notebook).cells
+                 if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = copy.deepcopy(student)
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("solution"):
+            c.source = reference[c.metadata.nbgrader.grade_id]
+    return nb
+
+
+def graded_prediction(lesson) -> str:
+    """The name of the lesson's graded prediction (each lesson has one)."""
+    [name] = [c.metadata.nbgrader.grade_id for c in read_notebook(lesson.notebook).cells
+              if c.metadata.get("nbgrader", {}).get("solution")
+              and c.metadata.nbgrader.grade_id.startswith("predicted_")]
+    return name
+
+
+def mixed(student: nbformat.NotebookNode, lesson) -> tuple[nbformat.NotebookNode, list[str]]:
+    """Every answer in, but the graded prediction outside its band (a thousand times the
+    answer) and one exercise wrong; the two names."""
+    import importlib
+
+    nb = answered(student, lesson)
+    prediction = graded_prediction(lesson)
+    answer = getattr(importlib.import_module(lesson.module), prediction)
+    cell(nb, prediction).source = f"{prediction} = {float(answer) * 1000!r}"
+    wrong, source = WRONG_ANSWERS[lesson.name]
+    cell(nb, wrong).source = source
+    return nb, [prediction, wrong]

@@ -1,9 +1,12 @@
 """The course in a real browser: JupyterLab in headless Chromium, driven by Playwright.
 
-A student opens the released lesson, runs all cells and sees nbgrader's Validate button; the
-only errors on the page are the "not implemented yet" of unanswered exercises. An instructor
-runs the instructor version top to bottom: no error, plots drawn. Screenshots are saved in
-build/screenshots/ for the test log.
+A student opens the released lesson, runs all cells and sees the course's Validate button; the
+only errors on the page are the "not implemented yet" of unanswered exercises. In every lesson
+a student who has answered everything presses Validate and reads the success summary, and one
+whose graded prediction is outside its band and one exercise wrong reads a summary that counts
+neither; in lesson 01 Validate also answers a notebook partly done, with a cell that raises, a
+SyntaxError and a kernel the student interrupted. An instructor runs the instructor version top
+to bottom: no error, plots drawn. Screenshots are saved in build/screenshots/ for the test log.
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ import pytest
 from grader.course import Course
 from grader.lab import lab_environment, running_lab
 from grader.lessons import all_lessons, load_lesson
-from tests.grading_helpers import points
+from tests.grading_helpers import (
+    WRONG_ANSWERS,
+    answered,
+    cell,
+    mixed,
+    points,
+    read_notebook,
+    released,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 playwright = pytest.importorskip("playwright.sync_api")
@@ -100,24 +111,152 @@ def error_texts(page) -> list[str]:
         "els => els.map(e => e.textContent)")
 
 
+def validate(page, shot: str) -> dict:
+    """Press the notebook's Validate button; what its dialog shows: the whole ``text``, its
+    ``paragraphs`` and ``items`` in order, and the widths that would cut a line (``cut``)."""
+    buttons = page.get_by_role("button", name="Validate")
+    assert buttons.count() == 1, "one Validate button: the course's, not nbgrader's as well"
+    buttons.first.click()
+    page.wait_for_selector(".jp-Dialog .ctc-validate", timeout=180_000)
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SCREENSHOTS / f"{shot}.png"))
+    shown = page.evaluate("""() => {
+        const body = document.querySelector('.jp-Dialog .ctc-validate');
+        const content = document.querySelector('.jp-Dialog-content');
+        const box = content.getBoundingClientRect();
+        const cut = [...body.querySelectorAll('p, li')].filter(e =>
+            e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > box.right)
+            .map(e => e.textContent);
+        return {text: document.querySelector('.jp-Dialog').innerText,
+                title: document.querySelector('.jp-Dialog-header').innerText,
+                paragraphs: [...body.children].map(e => e.innerText),
+                items: [...body.querySelectorAll('li')].map(e => e.innerText),
+                cut, onScreen: box.right <= window.innerWidth && box.left >= 0};
+    }""")
+    page.keyboard.press("Escape")
+    page.wait_for_selector(".jp-Dialog", state="detached")
+    assert shown["cut"] == [] and shown["onScreen"], shown  # every line fits the dialog
+    assert "The following cell failed" not in shown["text"] and "Traceback" not in shown["text"]
+    return shown
+
+
+def open_notebook(browser, base: str, token: str, path: str, name: str,
+                  viewport: tuple[int, int] = (1280, 720)):
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+    page.goto(f"{base}/lab/workspaces/{name}/tree/{path}?reset&token={token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    return page
+
+
 def test_student_runs_all_and_sees_validate_and_only_not_implemented_errors(lab) -> None:
     base, token, browser = lab
     page = run_all(browser, base, token, "student", "student-run-all")
     assert page.get_by_role("button", name="Validate").first.is_visible()
     errors = [e for e in error_texts(page) if "CheckFailed" in e or "Error" in e]
     assert errors, "the unanswered exercises should report themselves"
-    assert all("not implemented yet" in e for e in errors), errors[:2]
+    assert all("not implemented yet" in e or "not done yet" in e for e in errors), errors[:2]
     assert all(len(e.strip().splitlines()) == 1 for e in errors), errors[:2]  # one line each
-    page.get_by_role("button", name="Validate").first.click()
-    dialog = page.wait_for_selector(".jp-Dialog", timeout=120_000)
-    page.wait_for_timeout(500)
-    page.screenshot(path=str(SCREENSHOTS / "student-validate.png"))
-    text = dialog.text_content()
+    shown = validate(page, "student-validate")
     exercises = points(nbformat.read(LESSON.notebook, as_version=4))
-    assert (f"0 of {len(exercises)} exercises pass their visible checks "
-            f"(0 of {sum(exercises.values()):g} points)") in text
-    assert "not done yet" in text and "Hidden checks also run" in text
-    assert "Traceback" not in text  # one line per exercise, no scroll of tracebacks
+    assert shown["paragraphs"][0] == (  # the summary first
+        f"0 of {len(exercises)} exercises pass their visible checks "
+        f"(0 of {sum(exercises.values()):g} points).")
+    assert shown["items"] == [f"to do {name} ({n:g} point{'s' * (n != 1)})"
+                              for name, n in exercises.items()]
+    assert "Hidden checks also run" in shown["paragraphs"][-1]
+
+
+@pytest.fixture(scope="module")
+def lab_validate(tmp_path_factory, browser, shared_tmp):
+    """A lab server over two copies of every lesson's student version: ``done-LESSON`` with
+    every answer filled in from the instructor's, ``mixed-LESSON`` with its graded prediction
+    outside the band and one exercise wrong; and lesson 01 at three other stages."""
+    tmp = tmp_path_factory.mktemp("validate")
+    root = tmp / "root"
+    for lesson in all_lessons():
+        student_version = released(lesson, shared_tmp)
+        student = read_notebook(student_version / lesson.notebook.name)
+        for kind, nb in (("done", answered(student, lesson)), ("mixed", mixed(student, lesson)[0])):
+            shutil.copytree(student_version, root / f"{kind}-{lesson.name}")
+            nbformat.write(nb, root / f"{kind}-{lesson.name}" / lesson.notebook.name)
+    first = released(LESSON, shared_tmp)
+    student = read_notebook(first / LESSON.notebook.name)
+    partly = answered(student, LESSON)  # split_bits done, decode with a SyntaxError, the rest
+    for mine, untouched in zip(partly.cells, student.cells, strict=True):  # to do
+        meta = mine.metadata.get("nbgrader", {})
+        if meta.get("solution") and meta["grade_id"] not in ("FloatFormat", "split_bits"):
+            mine.source = untouched.source
+    cell(partly, "decode").source = "def decode(bits, fmt):\n    return (bits +\n"
+    partly.cells.insert(4, nbformat.v4.new_code_cell("1 / 0  # a scratch cell of my own"))
+    shutil.copytree(first, root / "partly")
+    nbformat.write(partly, root / "partly" / LESSON.notebook.name)
+    course = Course(tmp / "course", log=lambda _: None)
+    with running_lab(root, lab_environment(course), 0,
+                     "--LabApp.expose_app_in_browser=True") as (base, token):
+        yield base, token, browser
+
+
+def summary_of(lesson, exclude: dict[str, float] | None = None) -> str:
+    exercises = points(read_notebook(lesson.notebook))
+    total = sum(exercises.values())
+    if not exclude:
+        return (f"All {len(exercises)} exercises pass their visible checks ({total:g} of "
+                f"{total:g} points).")
+    return (f"{len(exercises) - len(exclude)} of {len(exercises)} exercises pass their visible "
+            f"checks ({total - sum(exclude.values()):g} of {total:g} points).")
+
+
+@pytest.mark.parametrize("lesson", all_lessons(), ids=lambda lesson: lesson.name)
+def test_validate_shows_the_success_summary_and_counts_no_unearned_point(
+        lab_validate, lesson) -> None:
+    """Every answer in: the success summary, first. Then a graded prediction outside its band
+    and one exercise wrong: the summary counts neither, and lists each on a line."""
+    base, token, browser = lab_validate
+    page = open_notebook(browser, base, token, f"done-{lesson.name}/{lesson.notebook.name}",
+                         f"validate-done-{lesson.name}")
+    shown = validate(page, f"validate-done-{lesson.name}")
+    assert shown["paragraphs"][0].startswith(summary_of(lesson)), shown["paragraphs"]
+    assert shown["items"] == [] and shown["title"] == f"Validate: {lesson.notebook.name}"
+    page.close()
+
+    page = open_notebook(browser, base, token, f"mixed-{lesson.name}/{lesson.notebook.name}",
+                         f"validate-mixed-{lesson.name}")
+    shown = validate(page, f"validate-mixed-{lesson.name}")
+    exercises = points(read_notebook(lesson.notebook))
+    prediction, wrong = mixed(read_notebook(lesson.notebook), lesson)[1]
+    assert wrong == WRONG_ANSWERS[lesson.name][0]
+    assert shown["paragraphs"][0] == summary_of(
+        lesson, {prediction: exercises[prediction], wrong: exercises[wrong]})
+    assert sorted(shown["items"]) == sorted([
+        f"no point {prediction} (1 point): in, outside the graded band",
+        *[i for i in shown["items"] if i.startswith(f"fails {wrong} (")]]), shown["items"]
+    assert len(shown["items"]) == 2
+    page.close()
+
+
+def test_validate_answers_at_every_stage_of_a_lesson(lab_validate) -> None:
+    """Partly done, with a SyntaxError in one answer and a scratch cell that raises; then the
+    same after the student's own kernel was interrupted in the middle of a cell."""
+    base, token, browser = lab_validate
+    page = open_notebook(browser, base, token, f"partly/{LESSON.notebook.name}", "partly")
+    shown = validate(page, "validate-partly")
+    exercises = points(read_notebook(LESSON.notebook))
+    assert shown["paragraphs"][0] == summary_of(
+        LESSON, {k: v for k, v in exercises.items() if k not in ("FloatFormat", "split_bits")})
+    decode = next(i for i in shown["items"] if " decode " in i)
+    assert decode.startswith("fails decode (2 points): ") and "not defined" in decode, decode
+    # The student starts a long cell and interrupts it: Validate runs a kernel of its own.
+    page.wait_for_function(f"() => ({KERNEL_STATUS})() === 'idle'", timeout=90_000)
+    page.evaluate("""async () => {
+        const panel = window.jupyterapp.shell.currentWidget;
+        const future = panel.sessionContext.session.kernel.requestExecute(
+            {code: 'import time\\ntime.sleep(600)'});
+        await new Promise(r => setTimeout(r, 1500));
+        await panel.sessionContext.session.kernel.interrupt();
+        await future.done.catch(() => null);
+    }""")
+    again = validate(page, "validate-after-interrupt")
+    assert again["paragraphs"][0] == shown["paragraphs"][0]
 
 
 def test_students_see_no_instructor_tools_and_no_news(lab) -> None:

@@ -354,19 +354,89 @@ def test_a_cell_that_uses_an_unfinished_exercise_says_which_to_finish() -> None:
 
 
 @pytest.mark.slow
+def test_running_ahead_and_interrupting_say_one_line_each() -> None:
+    ahead, typo_inside, interrupted, interrupted_in_cell, undefined_check = run_cells(
+        "decode_tensor(3)",  # a cell run before the one that defines decode_tensor
+        "def f():\n    return undefined_name\n\nf()",
+        "def spin():\n    raise KeyboardInterrupt\n\nspin()",
+        "x = 1\nraise KeyboardInterrupt",
+        "check('not_defined_here(1)', 1)")
+    [error] = ahead
+    assert len(error.traceback) == 1 and "`decode_tensor` is not defined yet" in \
+        error.traceback[0] and "Run All Above" in error.traceback[0]
+    [error] = typo_inside  # raised inside a function: the usual traceback, which says where
+    assert len(error.traceback) > 1 and error.ename == "NameError"
+    [error] = interrupted
+    assert error.traceback == ["\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted "
+                               "(in spin, line 2 of its cell)"]
+    [error] = interrupted_in_cell
+    assert error.traceback == ["\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted "
+                               "(line 2 of this cell)"]
+    [error] = undefined_check
+    assert error.ename == "CheckFailed" and "`not_defined_here` is not defined" in error.evalue
+
+
+@pytest.mark.slow
 def test_a_prediction_is_told_how_close_it_is_without_the_answer_in_the_cell() -> None:
     from grader.notebook_checks import seal
 
-    near, far, missing, choice = run_cells(
+    near, far, missing, untouched, choice, no_choice, word = run_cells(
         f"guess = 300.0\ncheck_prediction('guess', {seal(295.3)!r})",
         f"guess = 30\ncheck_prediction('guess', {seal(295.3)!r})",
+        f"check_prediction('never_set', {seal(295.3)!r})",
         f"guess = None\ncheck_prediction('guess', {seal(295.3)!r})",
-        f"pick = 'B'\ncheck_choice('pick', {seal('b')!r})")
+        f"pick = 'B'\ncheck_choice('pick', {seal('b')!r})",
+        f"pick = None\ncheck_choice('pick', {seal('b')!r})",
+        f"guess = 'lots'\ncheck_prediction('guess', {seal(295.3)!r})")
     assert near[0].text.startswith("guess = 300: within 25% of the answer")
     assert "below the answer by more than 25%" in far[0].text and "295" not in far[0].text
-    assert missing[0].ename == "CheckFailed" and "write your prediction" in missing[0].evalue
+    for outputs in (missing, untouched, no_choice):  # an ungraded prediction not made yet
+        assert outputs[0].text.startswith("No prediction yet"), outputs
     assert choice[0].text.startswith("pick = 'B': right")
+    assert word[0].ename == "CheckFailed" and "as a number" in word[0].evalue
     assert "295" not in seal(295.3)
+
+
+@pytest.mark.slow
+def test_a_graded_prediction_says_in_or_outside_its_band_and_marks_no_point() -> None:
+    from grader.lab_validate import MARK
+    from grader.notebook_checks import seal
+
+    inside, outside, missing, big = run_cells(
+        f"guess = 300.0\ncheck_prediction('guess', {seal(295.3)!r}, rel_tol=0.1, graded=True)",
+        f"guess = 30\ncheck_prediction('guess', {seal(295.3)!r}, rel_tol=0.1, graded=True)",
+        f"check_prediction('guess2', {seal(295.3)!r}, rel_tol=0.1, graded=True)",
+        f"guess = 18874368.0\ncheck_prediction('guess', {seal(1.0)!r}, graded=True)")
+    assert inside[0].text.startswith("guess = 300: in, and within the graded band (10%")
+    assert "all visible checks passed" in inside[0].text
+    [shown] = outside
+    assert shown.output_type == "display_data" and shown.metadata[MARK] == {
+        "verdict": "outside_band"}
+    line = shown.data["text/plain"]
+    assert "outside the graded band" in line and "no point" in line
+    assert "295" not in line and "below" not in line and "above" not in line  # no side given
+    [error] = missing  # the test cell of a prediction not made: to do, as grading scores it
+    assert error.ename == "CheckFailed" and ": not done yet" in error.evalue
+    assert big[0].data["text/plain"].startswith("guess = 18,874,368:")  # as people write it
+
+
+@pytest.mark.slow
+def test_a_measured_prediction_is_set_beside_the_measurement() -> None:
+    close, far, missing = run_cells(
+        "guess = 2.1\ncompare_prediction('guess', 2.0)",
+        "guess = 8\ncompare_prediction('guess', 2.0, unit=' x')",
+        "guess = None\ncompare_prediction('guess', 2.0)")
+    assert close[0].text.startswith("measured 2; your prediction, 2.1, is within 10% of it")
+    assert far[0].text.startswith("measured 2 x; your prediction, 8 x, is 4 times")
+    assert "no prediction yet" in missing[0].text
+
+
+def test_numbers_are_printed_as_people_write_them() -> None:
+    from grader.notebook_checks import readable
+
+    assert [readable(x) for x in (18874368, 18874368.0, 295.343, 0.0123, 1.5e-8, 2.0,
+                                  123456.7, -0.5, 0)] == [
+        "18,874,368", "18,874,368", "295.3", "0.0123", "1.5e-08", "2", "123,457", "-0.5", "0"]
 
 
 def test_validate_sums_up_each_exercise_with_its_points() -> None:
@@ -392,5 +462,41 @@ def test_validate_sums_up_each_exercise_with_its_points() -> None:
     assert failed[0]["raw_error"] == "encode(1.0, FP16): expected 15360, got 0"
     assert summary.splitlines()[0] == ("1 of 3 exercises pass their visible checks "
                                        "(2 of 6 points).")
-    assert "  to do    max_finite (1 point): not done yet" in summary
+    assert "  to do    max_finite (1 point)" in summary
     assert summary.endswith(HIDDEN_NOTE)
+
+
+def test_validate_counts_no_point_for_a_prediction_outside_its_band() -> None:
+    """A graded prediction outside its band passes its visible check but earns nothing at
+    grading: Validate neither counts it as passing nor counts its point."""
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from grader.lab_validate import MARK, exercises, headline, nbgrader_answer
+
+    def test_cell(name: str, points: int, *outputs, ran: bool = True):
+        cell = new_code_cell("...", outputs=list(outputs), execution_count=1 if ran else None)
+        cell.metadata["nbgrader"] = {"grade": True, "grade_id": f"test-{name}", "points": points}
+        return cell
+
+    outside = new_output("display_data", data={"text/plain": "x = 3: in, outside ..."},
+                         metadata={MARK: {"verdict": "outside_band"}})
+    nb = new_notebook(cells=[
+        test_cell("decode", 2, new_output("stream", name="stdout", text="passed\n")),
+        test_cell("predicted_x", 1, outside),
+        test_cell("predicted_y", 1, new_output("error", ename="CheckFailed", traceback=[],
+                                               evalue="predicted_y: not done yet: write")),
+        test_cell("encode", 3, ran=False)])
+    found = exercises(nb)
+    assert [(e.name, e.status) for e in found] == [
+        ("decode", "passes"), ("predicted_x", "no point"), ("predicted_y", "to do"),
+        ("encode", "fails")]
+    assert headline(found) == "1 of 4 exercises pass their visible checks (2 of 7 points)."
+    assert "not run" in found[3].message
+    everything = [e for e in found if e.name == "decode"]
+    assert headline(everything).startswith("All 1 exercises pass their visible checks (2 of 2")
+    # nbgrader's own dialog: never its broken "passed" branch
+    answer = {"headline": headline(found), "exercises": [vars(e) for e in found],
+              "changed": [], "note": "note"}
+    assert list(nbgrader_answer(answer)) == ["failed"]
+    answer.update(exercises=[vars(e) for e in everything], headline=headline(everything))
+    assert nbgrader_answer(answer) == {}

@@ -17,38 +17,20 @@ from pathlib import Path
 import pytest
 
 from grader.lessons import all_lessons
-from tests.grading_helpers import cell, grader, points, read_export, read_notebook, submit
+from tests.grading_helpers import (
+    WRONG_ANSWERS,
+    cell,
+    grader,
+    points,
+    read_export,
+    read_notebook,
+    submit,
+)
 
 pytestmark = pytest.mark.slow
 
 LESSONS = all_lessons()
 
-# For each lesson: a graded function whose wrong answer breaks no other exercise, and the
-# wrong cell source. Every lesson must have an entry (see test_every_lesson_has_a_wrong_answer).
-WRONG_ANSWERS = {
-    "01_float_formats": ("machine_epsilon",
-                         "def machine_epsilon(fmt):\n    return 2.0 ** -(fmt.mantissa_bits + 1)"),
-    "02_tensors_and_strides": ("broadcast_shapes",
-                               "def broadcast_shapes(a, b):\n    return tuple(a)"),
-    "03_matmul_flops": ("mfu", "def mfu(flops, seconds, peak_flops):\n    return flops / seconds"),
-    "04_backprop_flops": ("training_days",
-                          "def training_days(total_flops, n_gpus, peak_flops, mfu):"
-                          "\n    return total_flops / (n_gpus * peak_flops)"),
-    "05_adamw_memory": ("largest_trainable_params",
-                        "def largest_trainable_params(n_gpus, gpu_bytes, bytes_per_param):"
-                        "\n    return n_gpus * gpu_bytes"),
-    "06_training_step": ("loss_scale_update",
-                         "def loss_scale_update(scale, growth_tracker, found_inf,"
-                         " growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):"
-                         "\n    return scale, growth_tracker"),
-    "07_many_devices": ("pipeline_bubble_fraction",
-                        "def pipeline_bubble_fraction(n_stages, n_microbatches):"
-                        "\n    return (n_stages - 1) / n_microbatches"),
-    "08_inference": ("max_batch_size",
-                     "def max_batch_size(gpu_bytes, n_params, context_len, kv_bytes_per_token,"
-                     " bytes_per_param=2):"
-                     "\n    return int(gpu_bytes // (context_len * kv_bytes_per_token))"),
-}
 # A function whose body can start with a warning; it is called by its test cell.
 NOISY = {"01_float_formats": "decode", "02_tensors_and_strides": "contiguous_strides",
          "03_matmul_flops": "matmul_flops", "04_backprop_flops": "transformer_params",

@@ -232,8 +232,10 @@ FEEDBACK_JS = """async (folder) => {
 def validate(page) -> None:
     """The notebook's Validate button: the course's summary, one exercise done."""
     page.locator(".jp-NotebookPanel:visible").first.wait_for()
+    assert page.get_by_role("button", name="Validate").count() == 1  # the course's alone
     page.get_by_role("button", name="Validate").first.click()
-    dialog = page.wait_for_selector(".jp-Dialog", timeout=180_000)
+    page.wait_for_selector(".jp-Dialog .ctc-validate-headline", timeout=180_000)
+    dialog = page.wait_for_selector(".jp-Dialog")
     page.screenshot(path=SCREENSHOTS / "hub-student-right-validate.png")
     exercises = points(read_notebook(REPO / "notebooks" / LESSON / NOTEBOOK))
     text = dialog.text_content()

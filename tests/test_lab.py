@@ -121,3 +121,20 @@ def test_each_demo_serves_its_lesson_alone_in_a_workspace_of_its_own(tmp_path) -
                   for argv in commands.values()]
     assert len(set(workspaces)) == 2  # two demos never share open tabs
     assert not any(a.startswith("--LabApp.workspaces_dir") for a in lab_command(tmp_path))
+
+
+def test_the_validate_buttons_build_is_made_from_its_sources() -> None:
+    """The course's Validate button is committed built (students need no Node.js): the build
+    records the digest of the sources it was made from, and a change to the sources without
+    `make labextension` fails here."""
+    import json
+
+    from grader.lab import LAB_EXTENSIONS, VALIDATE_PLUGIN, button_sources
+
+    recorded = (LAB_EXTENSIONS.parent.parent / "built-from.txt").read_text().strip()
+    assert recorded == button_sources(), "the button's sources changed: run make labextension"
+    built = LAB_EXTENSIONS / VALIDATE_PLUGIN
+    entry = json.loads((built / "package.json").read_text())["jupyterlab"]["_build"]["load"]
+    assert (built / entry).is_file()
+    assert "counting-the-cost/validate" in "".join(
+        p.read_text() for p in (built / "static").glob("*.js"))

@@ -1,0 +1,11 @@
+"""The course's Validate button (grader/labextension/, built and shipped with the package) in
+place of nbgrader's: jupyter_server_config.json beside this turns on the server side
+(grader.lab_validate), labconfig/page_config.json turns nbgrader's button off."""
+
+from pathlib import Path
+
+import grader
+
+c = get_config()  # noqa: F821
+c.LabApp.extra_labextensions_path = [
+    str(Path(grader.__file__).resolve().parent / "labextension" / "share" / "labextensions")]

@@ -1,0 +1,166 @@
+// The course's Validate button (grader/lab_validate.py answers it).
+//
+// nbgrader 0.9.6's own button shows "Validation failed" when every test passes (its dialog
+// reads a list its server never sends), labels any message "The following cell failed:", and
+// cuts long lines. This button saves the notebook, asks the course's server extension to run
+// it as grading will, and shows the summary first: how many exercises pass and their points,
+// then each exercise still to do on a line of its own, then the note on hidden checks.
+// The lab and the hub turn nbgrader's button off and this one on.
+
+import { Dialog, showDialog, ToolbarButton } from '@jupyterlab/apputils';
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+import { Widget } from '@lumino/widgets';
+
+const ENDPOINT = 'counting-the-cost/validate';
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text !== undefined) {
+    node.textContent = text; // never markup: messages hold what the student's code printed
+  }
+  return node;
+}
+
+function plural(points) {
+  return `${points} point${points === 1 ? '' : 's'}`;
+}
+
+// The dialog's body for the course's answer (see lab_validate.course_answer).
+function summaryNode(answer) {
+  const body = element('div', 'ctc-validate');
+  const exercises = answer.exercises || [];
+  const open = exercises.filter(e => e.status !== 'passes');
+  const passing = exercises.filter(e => e.status === 'passes');
+  const headline = element('p', 'ctc-validate-headline', answer.headline);
+  if (exercises.length && !open.length && !(answer.changed || []).length) {
+    headline.classList.add('ctc-validate-all');
+  }
+  body.appendChild(headline);
+  if ((answer.changed || []).length) {
+    body.appendChild(element('p', 'ctc-validate-warning',
+      "You changed cells that are locked; grading uses the course's version of each:"));
+    const list = element('ul', 'ctc-validate-changed');
+    for (const line of answer.changed) {
+      list.appendChild(element('li', '', line));
+    }
+    body.appendChild(list);
+  }
+  if (open.length) {
+    const list = element('ul', 'ctc-validate-open');
+    for (const e of open) {
+      const item = element('li', 'ctc-validate-exercise');
+      const css = 'ctc-' + e.status.replace(' ', '-');
+      item.appendChild(element('span', `ctc-validate-status ${css}`, e.status));
+      item.appendChild(document.createTextNode(' '));
+      item.appendChild(element('code', '', e.name));
+      item.appendChild(document.createTextNode(
+        ` (${plural(e.points)})` + (e.message ? `: ${e.message}` : '')));
+      list.appendChild(item);
+    }
+    body.appendChild(list);
+  }
+  if (passing.length && open.length) {
+    body.appendChild(element('p', 'ctc-validate-passing',
+      'Passing: ' + passing.map(e => e.name).join(', ') + '.'));
+  }
+  body.appendChild(element('p', 'ctc-validate-note', answer.note));
+  return body;
+}
+
+async function requestValidate(path) {
+  const settings = ServerConnection.makeSettings();
+  const url = URLExt.join(settings.baseUrl, ENDPOINT) + '?' +
+    new URLSearchParams({ path }).toString();
+  const response = await ServerConnection.makeRequest(url, { method: 'POST' }, settings);
+  if (!response.ok) {
+    let message = response.statusText;
+    try {
+      message = (await response.json()).message || message;
+    } catch (error) {
+      // not JSON: the status text says enough
+    }
+    throw new Error(`${response.status} ${message}`);
+  }
+  return response.json();
+}
+
+function show(title, body) {
+  return showDialog({ title, body, buttons: [Dialog.okButton()] });
+}
+
+class ValidateButton extends ToolbarButton {
+  constructor(panel) {
+    super({
+      className: 'ctc-validate-button',
+      label: 'Validate',
+      tooltip: 'Run the notebook as grading will, and list what passes',
+      onClick: () => void this.validate()
+    });
+    this.panel = panel;
+    this.busy = false;
+  }
+
+  setLabel(text) {
+    const label = this.node.querySelector('.jp-ToolbarButtonComponent-label');
+    if (label) {
+      label.textContent = text;
+    }
+  }
+
+  async validate() {
+    if (this.busy) {
+      return;
+    }
+    this.busy = true;
+    const context = this.panel.context;
+    const name = context.path.split('/').pop();
+    let title = 'Validate could not finish';
+    let node;
+    try {
+      this.setLabel('Saving...');
+      await context.save();
+      this.setLabel('Validating...');
+      const reply = await requestValidate(context.path);
+      if (reply.success) {
+        title = `Validate: ${name}`;
+        node = summaryNode(reply.value);
+      } else {
+        node = element('p', 'ctc-validate', String(reply.value));
+      }
+    } catch (error) {
+      node = element('p', 'ctc-validate', `The notebook was not validated: ${error}`);
+    } finally {
+      this.setLabel('Validate');
+      this.busy = false;
+    }
+    await show(title, new Widget({ node }));
+  }
+}
+
+const plugin = {
+  id: 'counting-the-cost-validate:button',
+  description: "The course's Validate button in every notebook's toolbar.",
+  autoStart: true,
+  activate: app => {
+    app.docRegistry.addWidgetExtension('Notebook', {
+      createNew: panel => {
+        const button = new ValidateButton(panel);
+        let index = 0; // where nbgrader put its button: before the toolbar's first spacer
+        for (const item of panel.toolbar.children()) {
+          if (!item || item.node.classList.contains('jp-Toolbar-spacer')) {
+            break;
+          }
+          index++;
+        }
+        panel.toolbar.insertItem(index, 'ctc-validate', button);
+        return button;
+      }
+    });
+  }
+};
+
+export default plugin;
