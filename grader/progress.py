@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,8 +37,14 @@ def execute(nb: nbformat.NotebookNode, folder: Path, mode: str | None, timeout: 
     if mode is not None:
         os.environ["NBGRADER_EXECUTION"] = mode
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(folder)}}, **options).execute()
+        with tempfile.TemporaryDirectory(prefix="ctc-kernel-") as sockets:
+            client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                    resources={"metadata": {"path": str(folder)}}, **options)
+            # The kernel's sockets as files of our own rather than TCP ports on loopback: no
+            # other local user can connect, and ipykernel has no "unencrypted TCP" to warn of.
+            client.km = client.create_kernel_manager()
+            client.km.transport, client.km.ip = "ipc", os.path.join(sockets, "kernel")
+            client.execute()
     finally:
         os.environ.pop("NBGRADER_EXECUTION", None)
         if previous is not None:

@@ -233,7 +233,7 @@ def gated_mlp_d_ff(d_ff: int, mlp_matrices: int) -> int:
 
     Args:
         d_ff: the published MLP width.
-        mlp_matrices: 2 for up/down, 3 for gated MLPs such as LLaMA's SwiGLU.
+        mlp_matrices: 2 for up/down, 3 for gated MLPs such as Llama's SwiGLU.
 
     Returns:
         mlp_matrices * d_ff / 2, an int (ValueError when it is not whole).

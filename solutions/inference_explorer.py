@@ -148,7 +148,7 @@ def serving_explorer(models: dict[str, dict], accelerators: dict[str, dict]) -> 
         widget.layout.width = "560px"
         return widget
 
-    model = control(widgets.Dropdown(options=list(models), value="LLaMA 2 7B",
+    model = control(widgets.Dropdown(options=list(models), value="Llama 2 7B",
                                      description="model"), "model")
     gpu = control(widgets.Dropdown(options=list(accelerators), value="H100 SXM",
                                    description="GPU"), "gpu")

@@ -158,7 +158,7 @@ def memory_budget_explorer(models: dict[str, dict], accelerators: dict[str, dict
         widget.layout.width = "560px"
         return widget
 
-    model = control(widgets.Dropdown(options=list(models), value="LLaMA 2 7B",
+    model = control(widgets.Dropdown(options=list(models), value="Llama 2 7B",
                                      description="model"), "model")
     recipe = control(widgets.Dropdown(options=["fp32", "mixed_bf16", "adam8bit"],
                                       value="mixed_bf16", description="recipe"), "recipe")

@@ -45,7 +45,7 @@ PLAN_PARTS = {"weights": ("weights (bf16)", "#0072B2"),
               "gradients": ("gradients (bf16)", "#56B4E9"),
               "optimizer": ("fp32 master weights, Adam m and v", "#E69F00"),
               "activations": ("activations", "#CC79A7")}
-EXPLORER_MODELS = ("LLaMA 2 7B", "Llama 3 70B", "Llama 3.1 405B")
+EXPLORER_MODELS = ("Llama 2 7B", "Llama 3 70B", "Llama 3.1 405B")
 
 
 def parallel_plan(shape: dict, dp: int, tp: int, pp: int, zero_stage: int, microbatches: int,

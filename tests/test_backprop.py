@@ -460,16 +460,16 @@ def test_lesson_04s_formula_counts_llama_3_70b_13_percent_too_large() -> None:
 
 
 def test_llama2_7b_needs_the_third_mlp_matrix() -> None:
-    """LLaMA 2 7B's SwiGLU MLP has three (4096, 11008) matrices. The two-matrix formula with
+    """Llama 2 7B's SwiGLU MLP has three (4096, 11008) matrices. The two-matrix formula with
     d_ff = 11008 gives 5.30B, 21% short of the 6.74B in the released weights; with the width
     1.5·11008 = 16512 it gives 6.7381B, short only by the RMSNorm gains (65·4096 = 266,240).
     The name "7B" rounds up 6.74B by 3.9%."""
-    model = MODELS["LLaMA 2 7B"]
+    model = MODELS["Llama 2 7B"]
     released = model["params_in_checkpoint"]
     two_matrices = transformer_params(32, 4096, 32000, d_ff=11008)
     assert two_matrices == 5_295_308_800 and released / two_matrices > 1.27
-    assert released - formula_params("LLaMA 2 7B") == (2 * model["n_layers"] + 1) * 4096
-    assert 0.96 < formula_params("LLaMA 2 7B") / model["reported_params"] < 0.97
+    assert released - formula_params("Llama 2 7B") == (2 * model["n_layers"] + 1) * 4096
+    assert 0.96 < formula_params("Llama 2 7B") / model["reported_params"] < 0.97
 
 
 def test_gated_mlp_d_ff_rejects_widths_that_do_not_divide() -> None:
@@ -592,10 +592,10 @@ def test_predicted_days_of_the_70b_run_are_training_days_with_the_dense_peak() -
 
 def test_the_embedding_share_of_6nd_lesson_04_states() -> None:
     """6ND with the course's N (embedding included) overcounts by 6Vd per token for an untied
-    model: 1.9% of 6ND for LLaMA 2 7B, 0.4% for GPT-3 175B."""
+    model: 1.9% of 6ND for Llama 2 7B, 0.4% for GPT-3 175B."""
     models = json.loads((Path(__file__).resolve().parent.parent / "data" / "models.json")
                         .read_text())["models"]
-    for name, share in [("LLaMA 2 7B", 0.019), ("GPT-3 175B", 0.004)]:
+    for name, share in [("Llama 2 7B", 0.019), ("GPT-3 175B", 0.004)]:
         m = models[name]
         n = transformer_params(m["n_layers"], m["d_model"], m["vocab_size"],
                                gated_mlp_d_ff(m["d_ff"], m["mlp_matrices"]))

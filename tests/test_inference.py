@@ -542,7 +542,7 @@ def test_every_hidden_check_holds_on_the_reference() -> None:
 
 def test_the_numbers_the_lessons_text_states() -> None:
     """notebooks/08_inference: every number its prose states, from the lesson's functions."""
-    llama2, llama3 = model_by_name("LLaMA 2 7B"), model_by_name("Llama 3 70B")
+    llama2, llama3 = model_by_name("Llama 2 7B"), model_by_name("Llama 3 70B")
     from solutions.backprop import model_params
 
     n7, n70 = model_params(llama2), model_params(llama3)

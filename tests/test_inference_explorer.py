@@ -80,12 +80,12 @@ def test_every_number_of_a_plan_is_the_lessons_functions(model, gpu, n_gpus, bat
 def test_the_lessons_things_to_try() -> None:
     """The numbers the lesson's 'Things to try' and section 7 state."""
     h100 = ACCELERATORS["H100 SXM"]
-    llama2, llama3 = MODELS["LLaMA 2 7B"], MODELS["Llama 3 70B"]
+    llama2, llama3 = MODELS["Llama 2 7B"], MODELS["Llama 3 70B"]
     assert serving_plan(llama2, h100, 1, 30, 4096)["fits"]
     assert not serving_plan(llama2, h100, 1, 31, 4096)["fits"]
     assert serving_plan(llama2, h100, 1, 1, 4096)["max_batch"] == 30
     assert serving_plan(llama2, h100, 1, 1, 4096, cache_dtype="fp8")["max_batch"] == 61
-    # at a context of 128 no batch makes LLaMA 2 7B compute-bound: 2N / (c k) is about 200
+    # at a context of 128 no batch makes Llama 2 7B compute-bound: 2N / (c k) is about 200
     n7 = model_params(llama2)
     assert round(2 * n7 / (128 * 524_288)) == 201
     assert serving_plan(llama2, h100, 1, 1024, 128)["bound"] == "memory"
@@ -109,13 +109,13 @@ def test_the_panel_shows_the_plan_of_its_controls() -> None:
                 if getattr(c, "_dom_classes", ())}
     assert set(controls) == {"model", "gpu", "gpus", "batch", "context", "weights", "cache"}
     h100 = ACCELERATORS["H100 SXM"]
-    plan = serving_plan(MODELS["LLaMA 2 7B"], h100, 1, 1, 4096)
+    plan = serving_plan(MODELS["Llama 2 7B"], h100, 1, 1, 4096)
     values = shown(panel)
     assert int(values["weights"]) == plan["weights"] and int(values["cache"]) == plan["cache"]
     assert int(values["max_batch"]) == 30
     assert float(values["tokens_per_second"]) == plan["tokens_per_second"]
     controls["batch"].value = 64
-    plan = serving_plan(MODELS["LLaMA 2 7B"], h100, 1, 64, 4096)
+    plan = serving_plan(MODELS["Llama 2 7B"], h100, 1, 64, 4096)
     values = shown(panel)
     assert int(values["cache"]) == plan["cache"] and not plan["fits"]
     assert 'data-fits="false"' in panel.children[-1].value
@@ -131,12 +131,12 @@ def test_the_panel_shows_the_plan_of_its_controls() -> None:
 @pytest.mark.parametrize("n_gpus", [0, -1])
 def test_a_plan_needs_a_gpu(n_gpus) -> None:
     with pytest.raises(ValueError, match="n_gpus"):
-        serving_plan(MODELS["LLaMA 2 7B"], ACCELERATORS["H100 SXM"], n_gpus, 1, 128)
+        serving_plan(MODELS["Llama 2 7B"], ACCELERATORS["H100 SXM"], n_gpus, 1, 128)
 
 
 def test_the_html_carries_exact_values_and_readable_text() -> None:
-    plan = serving_plan(MODELS["LLaMA 2 7B"], ACCELERATORS["H100 SXM"], 1, 8, 4096, "int4")
+    plan = serving_plan(MODELS["Llama 2 7B"], ACCELERATORS["H100 SXM"], 1, 8, 4096, "int4")
     html = plan_html(plan, "H100 SXM", 1, 8)
     assert f'data-value="{plan["weights"]!r}">{_gb(plan["weights"])}' in html
     assert isinstance(plan["weights"], float) and plan["weights"] == model_params(
-        MODELS["LLaMA 2 7B"]) / 2
+        MODELS["Llama 2 7B"]) / 2

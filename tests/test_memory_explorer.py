@@ -75,7 +75,7 @@ def test_checkpointing_keeps_each_layers_input_and_one_layer_flash_attention_no_
 @pytest.mark.parametrize("checkpointing", [False, True])
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_smallest_gpu_count_is_the_fewest_that_fit(recipe, checkpointing) -> None:
-    shape = MODELS["LLaMA 2 7B"]
+    shape = MODELS["Llama 2 7B"]
     n = transformer_params(shape["n_layers"], shape["d_model"], shape["vocab_size"],
                            gated_mlp_d_ff(shape["d_ff"], shape["mlp_matrices"]))
     sizes = (n, shape["n_layers"], shape["d_model"], shape["n_heads"], recipe, 1024, 1,
@@ -87,8 +87,8 @@ def test_smallest_gpu_count_is_the_fewest_that_fit(recipe, checkpointing) -> Non
 
 
 def test_no_gpu_count_is_enough_when_one_batch_of_activations_does_not_fit() -> None:
-    # LLaMA 2 7B, 4096 tokens, scores stored: 104 GB of activations on every GPU.
-    shape = MODELS["LLaMA 2 7B"]
+    # Llama 2 7B, 4096 tokens, scores stored: 104 GB of activations on every GPU.
+    shape = MODELS["Llama 2 7B"]
     sizes = (6_738_149_376, shape["n_layers"], shape["d_model"], shape["n_heads"], "mixed_bf16",
              4096, 1, False)
     assert memory_budget(*sizes, 1)["activations"] > 80e9
@@ -114,7 +114,7 @@ def _shown_total(panel) -> int:
 
 def test_moving_a_control_changes_the_shown_total_to_the_reference() -> None:
     panel = memory_budget_explorer(MODELS, ACCELERATORS)
-    shape = MODELS["LLaMA 2 7B"]
+    shape = MODELS["Llama 2 7B"]
     n = transformer_params(shape["n_layers"], shape["d_model"], shape["vocab_size"],
                            gated_mlp_d_ff(shape["d_ff"], shape["mlp_matrices"]))
 
@@ -136,7 +136,7 @@ def test_moving_a_control_changes_the_shown_total_to_the_reference() -> None:
 
 
 def llama_2_7b_budget(seq_len: int, n_gpus: int = 1, dropout: bool | None = None) -> dict:
-    shape = MODELS["LLaMA 2 7B"]
+    shape = MODELS["Llama 2 7B"]
     d_ff = gated_mlp_d_ff(shape["d_ff"], shape["mlp_matrices"])
     n_params = transformer_params(shape["n_layers"], shape["d_model"], shape["vocab_size"], d_ff,
                                   shape["tied_embeddings"])
@@ -151,7 +151,7 @@ def llama_2_7b_budget(seq_len: int, n_gpus: int = 1, dropout: bool | None = None
 def test_every_model_says_whether_it_has_dropout_and_where_that_is_stated() -> None:
     for name, shape in MODELS.items():
         assert isinstance(shape["dropout"], bool) and shape["dropout_source"], name
-    assert MODELS["LLaMA 2 7B"]["dropout"] is False and MODELS["GPT-2 small"]["dropout"] is True
+    assert MODELS["Llama 2 7B"]["dropout"] is False and MODELS["GPT-2 small"]["dropout"] is True
 
 
 def test_without_dropout_the_korthikanti_count_keeps_no_masks() -> None:
@@ -163,7 +163,7 @@ def test_without_dropout_the_korthikanti_count_keeps_no_masks() -> None:
 
 
 def test_the_explorers_llama_claims_hold() -> None:
-    """Lesson 05's "things to try": at 4096 tokens LLaMA 2 7B's activations take about 52 GB
+    """Lesson 05's "things to try": at 4096 tokens Llama 2 7B's activations take about 52 GB
     and it takes 4 H100s sharing the 108 GB of state; at 8192 the activations alone (172 GB)
     exceed one GPU, however many share the state."""
     at_4096, at_8192 = llama_2_7b_budget(4096), llama_2_7b_budget(8192)
@@ -182,7 +182,7 @@ def test_lessons_05_and_06_count_llama_activations_alike() -> None:
 
     from solutions.training import saved_activation_bytes
 
-    shape = MODELS["LLaMA 2 7B"]
+    shape = MODELS["Llama 2 7B"]
     d_ff = gated_mlp_d_ff(shape["d_ff"], shape["mlp_matrices"])
     lesson_06 = saved_activation_bytes(shape["n_layers"], shape["d_model"], shape["n_heads"],
                                        4096, shape["vocab_size"], 1, d_ff, torch.bfloat16)
@@ -211,10 +211,10 @@ def _saved_values_per_token(mlp, x) -> int:
 
 def test_a_swiglu_mlp_keeps_more_than_the_gpt_mlp_the_count_assumes() -> None:
     """Lesson 05's "things to try": Korthikanti's count is of a GPT MLP (d -> 4d -> d: its input,
-    the GELU's input and the down-projection's input, 9d values per token). LLaMA's SwiGLU
+    the GELU's input and the down-projection's input, 9d values per token). Llama's SwiGLU
     keeps its input, the gate's output (SiLU's input), SiLU's output and the up-projection's
     (the product's two inputs) and the product (the down-projection's input): d + 4 d_ff.
-    For LLaMA 2 7B at 4096 tokens that is 2.95 GB more, about 54.5 GB, and 5 GPUs, not 4."""
+    For Llama 2 7B at 4096 tokens that is 2.95 GB more, about 54.5 GB, and 5 GPUs, not 4."""
     import torch
     from torch import nn
 
@@ -234,7 +234,7 @@ def test_a_swiglu_mlp_keeps_more_than_the_gpt_mlp_the_count_assumes() -> None:
     assert _saved_values_per_token(gpt, x) == 9 * d
     assert _saved_values_per_token(SwiGLU(), x) == d + 4 * d_ff
 
-    shape, s = MODELS["LLaMA 2 7B"], 4096
+    shape, s = MODELS["Llama 2 7B"], 4096
     assert (shape["d_ff"], shape["mlp_matrices"]) == (11008, 3)
     extra = (4 * shape["d_ff"] - 8 * shape["d_model"]) * 2 * s * shape["n_layers"]  # bf16
     assert round(extra / 1e9, 2) == 2.95

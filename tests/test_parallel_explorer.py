@@ -75,7 +75,7 @@ def test_every_number_of_a_plan_is_the_lessons_functions(dp, tp, pp, stage, micr
 
 
 def test_one_gpu_holds_lesson_05s_sixteen_bytes_per_parameter() -> None:
-    seven = MODELS["LLaMA 2 7B"]
+    seven = MODELS["Llama 2 7B"]
     got = plan(1, 1, 1, 0, 1, 1, 4096, 0.4, False, seven)
     assert got["memory_total"] - got["memory"]["activations"] == 16 * model_params(seven)
     assert got["traffic"] == {"data": 0, "tensor": 0, "pipeline": 0} and got["bubble"] == 0

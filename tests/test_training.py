@@ -780,7 +780,7 @@ def test_the_lessons_checkpoints_carry_a_few_hundred_bytes_of_overhead_per_stora
 
 def gpt3_and_llama() -> dict[str, tuple[int, ...]]:
     plans = {}
-    for name, batch_size in [("LLaMA 2 7B", 1024), ("GPT-3 175B", 1536)]:
+    for name, batch_size in [("Llama 2 7B", 1024), ("GPT-3 175B", 1536)]:
         m = MODELS[name]
         plans[name] = (m["n_layers"], m["d_model"], m["n_heads"], m["context_length"],
                        m["vocab_size"], gated_mlp_d_ff(m["d_ff"], m["mlp_matrices"]), batch_size)
@@ -793,7 +793,7 @@ def test_the_budget_scaled_to_a_7b_model_and_gpt3() -> None:
     for name, (L, d, _, T, V, d_ff, B) in plans.items():
         n = transformer_params(L, d, V, d_ff)
         ratio[name] = train_step_flops(L, d, T, V, B, d_ff)["total"] / (6 * n * B * T)
-    assert f"{ratio['GPT-3 175B'] - 1:.1%}" == "2.4%" and f"{ratio['LLaMA 2 7B'] - 1:.0%}" == "14%"
+    assert f"{ratio['GPT-3 175B'] - 1:.1%}" == "2.4%" and f"{ratio['Llama 2 7B'] - 1:.0%}" == "14%"
     assert 1536 * 2048 == 3_145_728  # "about the 3.2M tokens" of Table 2.1
     L, d, h, T, V, d_ff, _ = plans["GPT-3 175B"]
     n = transformer_params(L, d, V, d_ff)
@@ -803,7 +803,7 @@ def test_the_budget_scaled_to_a_7b_model_and_gpt3() -> None:
     assert f"{whole / 1e9:.0f}" == "155" and 0.49 < softmax / whole < 0.51  # "half of it"
     assert f"{saved_activation_bytes(L, d, h, T, V, 1, d_ff, torch.bfloat16, True) / 1e9:.1f}" \
         == "5.1"
-    assert plans["LLaMA 2 7B"][3] / (6 * plans["LLaMA 2 7B"][1]) == 1 / 6  # T / (6 d)
+    assert plans["Llama 2 7B"][3] / (6 * plans["Llama 2 7B"][1]) == 1 / 6  # T / (6 d)
 
 
 def test_every_run_names_its_source_and_estimates_are_marked() -> None:

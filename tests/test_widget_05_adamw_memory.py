@@ -34,9 +34,9 @@ def lab(tmp_path_factory, browser):
 
 
 def reference_total(**changes) -> int:
-    """One GPU's total as ``memory_budget`` gives it, for the explorer's first settings (LLaMA 2
+    """One GPU's total as ``memory_budget`` gives it, for the explorer's first settings (Llama 2
     7B, mixed bf16, 4096 tokens, one sequence per GPU, one GPU) changed by ``changes``."""
-    shape = MODELS["LLaMA 2 7B"]
+    shape = MODELS["Llama 2 7B"]
     n_params = transformer_params(shape["n_layers"], shape["d_model"], shape["vocab_size"],
                                   gated_mlp_d_ff(shape["d_ff"], shape["mlp_matrices"]))
     settings = {"n_params": n_params, "n_layers": shape["n_layers"],

@@ -33,9 +33,9 @@ def lab(tmp_path_factory, browser):
 
 
 def reference(**changes) -> dict:
-    """``serving_plan`` for the explorer's first settings (LLaMA 2 7B on one H100 SXM, one
+    """``serving_plan`` for the explorer's first settings (Llama 2 7B on one H100 SXM, one
     sequence of 4096 tokens, bf16 weights and cache) changed by ``changes``."""
-    settings = {"shape": MODELS["LLaMA 2 7B"], "gpu": ACCELERATORS["H100 SXM"], "n_gpus": 1,
+    settings = {"shape": MODELS["Llama 2 7B"], "gpu": ACCELERATORS["H100 SXM"], "n_gpus": 1,
                 "batch_size": 1, "context_len": 4096, "weight_dtype": "bf16",
                 "cache_dtype": "bf16", **changes}
     return serving_plan(**settings)

@@ -53,7 +53,7 @@ CASES: dict[str, list[Case | str]] = {
         "transformer_params(3, 12, 20, d_ff=20)",
         "transformer_params(12, 768, 50257, tied_embeddings=True)",  # GPT-2 small's matrices
         "transformer_params(96, 12288, 50257)",  # GPT-3 175B, untied
-        "transformer_params(32, 4096, 32000, d_ff=16512)",  # LLaMA 2 7B's SwiGLU as 2 matrices
+        "transformer_params(32, 4096, 32000, d_ff=16512)",  # Llama 2 7B's SwiGLU as 2 matrices
         raises("transformer_params(0, 16, 50)", "ValueError"),
     ],
     "transformer_forward_flops": [

@@ -26,7 +26,7 @@ CASES: dict[str, list[Case | str]] = {
         "train_step_flops(2, 8, 256, 30, 2, recompute=True)",  # long context: T = 32 d
         "train_step_flops(12, 768, 1024, 50257, 8)",  # GPT-2 small's shape, 8 sequences
         "train_step_flops(96, 12288, 2048, 50257, 1536)",  # GPT-3: 3.2M tokens a step
-        "train_step_flops(32, 4096, 4096, 32000, 1, d_ff=16512, recompute=True)",  # LLaMA 2 7B
+        "train_step_flops(32, 4096, 4096, 32000, 1, d_ff=16512, recompute=True)",  # Llama 2 7B
         raises("train_step_flops(2, 16, 8, 50, 0)", "ValueError"),
         raises("train_step_flops(2, 16.5, 8, 50, 2)", "TypeError"),
         raises("train_step_flops(2, 16, 8, 50, 2, recompute='yes')", "TypeError"),
