@@ -20,6 +20,7 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
 from grader.execute import GradingError, Run, run_submission
+from grader.faults import Unavailable, database_name, is_database_error, retrying
 from grader.lessons import BEGIN_HIDDEN, END_HIDDEN, Lesson
 from grader.probe import Verdict, exercises
 from grader.sandbox import Limits
@@ -90,6 +91,8 @@ def _syntax_flags(code: str) -> set[str]:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return set()
+    except (RecursionError, MemoryError):  # nested deeper than the parser goes
+        return {"code nested too deeply for the grader to read"}
     flags = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -150,6 +153,8 @@ def sanitize(nb: NotebookNode, lesson: Lesson, student_id: str, db_url: str,
         try:
             cleaned, resources = step.preprocess(cleaned, resources)
         except Exception as error:  # edited metadata, say: grade what was submitted
+            if is_database_error(error):  # the gradebook did not answer: not the notebook's
+                raise
             notes.append(f"nbgrader's {type(step).__name__} refused the notebook "
                          f"({type(error).__name__}); graded as submitted")
             cleaned = copy.deepcopy(nb)
@@ -231,9 +236,16 @@ def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_i
                                               f"notebook ({type(error).__name__})"])
     source = nbformat.read(lesson.notebook, as_version=4)
     reasons = [note] if note else []
-    try:
+
+    def clean() -> tuple[NotebookNode, list[str]]:
         with gradebook_lock or nullcontext():  # nbgrader's preprocessors read the gradebook
-            cleaned, notes = sanitize(submitted, lesson, student_id, db_url)
+            return sanitize(submitted, lesson, student_id, db_url)
+
+    try:
+        cleaned, notes = retrying(clean, is_transient=is_database_error,
+                                  what=f"the gradebook's database ({database_name(db_url)})")
+    except Unavailable:
+        raise
     except Exception as error:
         return Graded(student_id, "invalid", [f"the notebook could not be prepared for "
                                               f"grading ({type(error).__name__}: {error})"[:300]])

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from pathlib import Path
 
+from grader.faults import Unavailable
 from grader.handins import LAYOUTS
+from grader.intake import inert
 from grader.lessons import CourseError, lesson_names, load_lesson
 from grader.sandbox import Limits
 
@@ -25,14 +28,17 @@ python -m grader autograde LESSON SUBMISSIONS     grade <student_id>/<notebook>.
                  [--from LAYOUT] | --collected    or an LMS's download as it came (see README)
 python -m grader feedback LESSON [--zip]          HTML feedback per student (--zip: for the LMS,
                  [--exchange [DIR]]               --exchange: for the students' Assignment List)
-python -m grader export [--format csv|canvas|moodle] [--roster FILE] [--assignments FILE]
-                 [--include-flagged] [--per-exercise] [--csv FILE]
+python -m grader export [--format csv|canvas|moodle|moodle-worksheet] [--roster FILE]
+                 [--assignments FILE] [--lesson LESSON] [--include-flagged] [--per-exercise]
+                 [--csv FILE]
+python -m grader deadlines [--check]              the deadlines file as read: dates, extensions
 python -m grader report LESSON                    pass rates, score histogram, flagged ones
 python -m grader similarity LESSON              pairs of alike submissions (a hint, HTML)
                  [--threshold F] [--min-shared N] [--ignore-common N]
 python -m grader review LESSON [STUDENT]          flagged submissions; one student's grading
                  [--accept | --set EXERCISE=POINTS | --total POINTS] [--note TEXT]
                  [--clear EXERCISE] [--clear-total] [--regrade] [--by NAME]
+                 [--accept-all --reason TEXT]     accept every open flag for that reason
 python -m grader lab [--smoke] [--reset LESSON]   the student workspace in JupyterLab
 python -m grader progress [LESSON ...]            which of your exercises pass their checks
 python -m grader demo LESSON [--fresh]            a lesson's instructor version, for class
@@ -121,8 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="drop the review decisions of each student graded (default: "
                                 "kept, and applied to the new grades)")
     autograde.add_argument("--times", type=Path, metavar="FILE",
-                           help="CSV student_id,submitted_at: each hand-in's time, for the late "
-                                "policy (default: what the download gives, if anything)")
+                           help="each hand-in's time, for the late policy: a CSV student_id,"
+                                "submitted_at, Moodle's grading worksheet as it comes, or "
+                                "Canvas's submissions API JSON (default: what the download "
+                                "gives, if anything; never a zip's member times)")
     autograde.add_argument("--broker", metavar="URL",
                            help="send submissions to workers on this Celery broker "
                                 "(redis://HOST:PORT/0) instead of grading here")
@@ -184,13 +192,32 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --regrade: as autograde --no-sandbox")
     review.add_argument("--partial-credit", action="store_true",
                         help="with --regrade: as autograde --partial-credit")
+    review.add_argument("--accept-all", action="store_true",
+                        help="without STUDENT: accept the computed score of every open "
+                             "needs_review flag whose every reason contains --reason TEXT")
+    review.add_argument("--reason", metavar="TEXT",
+                        help="with --accept-all: the expected reason, e.g. \"in place of\" "
+                             "for a notebook the browser renamed")
+
+    deadlines = commands.add_parser(
+        "deadlines", parents=[common], help="the deadlines file as read, and its mistakes",
+        description="Read the deadlines file (--deadlines FILE, else <course-dir>/"
+                    "deadlines.toml) as every command does: print each lesson's due date and "
+                    "policy and each extension with the student it was given to, and every "
+                    "warning. A bad value is an error (exit 2).")
+    deadlines.add_argument("--check", action="store_true",
+                           help="exit 1 when there is a warning (a lesson the course does not "
+                                "have, an extension that names no student)")
 
     export = commands.add_parser("export", parents=[common], help="grades as CSV")
     export.add_argument("--csv", type=Path, metavar="FILE",
                         help="where to write (default: <course-dir>/grades[-FORMAT].csv)")
-    export.add_argument("--format", choices=("csv", "canvas", "moodle"), default="csv",
+    export.add_argument("--format", choices=("csv", "canvas", "moodle", "moodle-worksheet"),
+                        default="csv",
                         help="csv: one row per student and lesson; canvas, moodle: the LMS's "
-                             "grade import file, one row per student")
+                             "grade import file, a file per lesson, a row per student with a "
+                             "score; moodle-worksheet: the lesson's Moodle grading worksheet "
+                             "(--roster) filled in, for the assignment's own upload")
     export.add_argument("--roster", type=Path, metavar="FILE", action="append",
                         help="the LMS's identifiers of each student: a CSV with a student_id "
                              "column, Canvas's gradebook export or Moodle's grading worksheet "
@@ -200,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(needed for canvas; points scale the scores)")
     export.add_argument("--include-flagged", action="store_true",
                         help="write the computed scores of needs_review submissions "
-                             "(default: left blank and listed)")
+                             "(default: left out and listed)")
+    export.add_argument("--lesson", metavar="LESSON",
+                        help="this lesson only (moodle-worksheet: the worksheet's lesson)")
     export.add_argument("--per-exercise", action="store_true",
                         help="one row per student, lesson and exercise (csv format only; "
                              "default file: <course-dir>/grades-per-exercise.csv)")
@@ -249,11 +278,35 @@ def main(argv: list[str] | None = None) -> int:
         if before is not None and after is not None and before != after:
             parser.error(f"{flag} is given twice, as {before!r} and {after!r}: give it once")
         setattr(args, dest, after if after is not None else before)
+    import signal
+    import warnings
+
+    # nbgrader 0.9.6's add_submission builds its rows in a way SQLAlchemy 2 warns about on
+    # every new submission ("Object of type <SubmittedAssignment> not in session"): harmless
+    # (the rows are added through the assignment), and noise in every autograde's output.
+    warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session",
+                            module=r"nbgrader\.")
+
+    def stopped(number, frame):  # a SIGTERM (a scheduler, the OOM killer's parent, `kill`)
+        raise KeyboardInterrupt  # unwinds like Ctrl-C: temporary folders go, copies are written
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stopped)
     try:
         return run(args)
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Unavailable as fault:
+        print(f"stopped: {inert(str(fault), 400)}. Nothing is charged to a student, and every "
+              "submission stored so far is stored whole; when it is back, run the same command "
+              "with --resume to finish.", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("interrupted." + (" Every submission stored so far is stored whole; run the "
+                                "same command with --resume to finish."
+                                if args.command == "autograde" else ""), file=sys.stderr)
+        return 130
 
 
 def run(args: argparse.Namespace) -> int:
@@ -279,6 +332,12 @@ def run(args: argparse.Namespace) -> int:
         raise CourseError(f"--exchange took the lesson {exchange_dir} for its folder: name the "
                           "lessons first (release LESSON --exchange), or write --exchange=DIR")
     course = open_course(args.course_dir, db_url=args.db_url, deadlines=args.deadlines)
+    if args.command in ("autograde", "feedback", "export", "report", "review"):
+        course.deadlines()  # a bad value stops the command here, its warnings said once
+    if args.command == "deadlines":
+        from grader.deadlines_check import show
+
+        return show(course, check=args.check)
     if args.command == "release":
         to_exchange = args.exchange is not None
         if to_exchange:
@@ -322,7 +381,10 @@ def run(args: argparse.Namespace) -> int:
                                     times=args.times)
         counts = {s: sum(v["status"] == s for v in statuses.values())
                   for s in ("graded", "needs_review", "invalid")}
-        print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(statuses)}")
+        skipped = len(getattr(course, "skipped", []))
+        print(", ".join(f"{n} {s}" for s, n in counts.items())
+              + f" of {len(statuses) + skipped}"
+              + (f"; {skipped} skipped, graded already (--resume)" if skipped else ""))
         return 0
     if args.command == "feedback":
         lesson = load_lesson(args.lesson)
@@ -358,7 +420,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         suffix = "" if args.format == "csv" else f"-{args.format}"
         export(course, args.csv or course.root / f"grades{suffix}.csv", args.format,
-               args.roster, args.assignments, args.include_flagged)
+               args.roster, args.assignments, args.include_flagged,
+               lesson=load_lesson(args.lesson).name if args.lesson else None)
         return 0
     if args.command == "demo":
         from grader.lab import demo
@@ -386,6 +449,16 @@ def review_command(course, args: argparse.Namespace) -> int:
     decision = bool(args.accept or args.set or args.total is not None or args.clear
                     or args.clear_total or args.note is not None)
     regrade_only = (args.discard_overrides, args.no_sandbox, args.partial_credit)
+    if args.accept_all or args.reason is not None:
+        if args.student is not None or not args.accept_all or not (args.reason or "").strip() \
+                or args.accept or args.set or args.total is not None or args.clear \
+                or args.clear_total or args.regrade or any(regrade_only):
+            raise CourseError("--accept-all goes with --reason TEXT (the reason every flag it "
+                              "accepts is for) and at most --note and --by, for the whole "
+                              f"lesson: python -m grader review {lesson.name} --accept-all "
+                              "--reason \"in place of\"")
+        review.accept_all(course, lesson, args.reason, args.note, args.by)
+        return 0
     if args.student is None:
         if decision or args.regrade or any(regrade_only):
             raise CourseError("name the STUDENT a decision is for: python -m grader review "

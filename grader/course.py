@@ -20,17 +20,20 @@ Everything lives in one course directory (default ``.course/`` in the repository
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +43,17 @@ import nbformat
 from grader import deadlines as deadlines_mod
 from grader import ledger
 from grader.autograde import Graded, grade_submission
+from grader.faults import (
+    Unavailable,
+    check_space,
+    database_name,
+    describe,
+    is_database_error,
+    is_disk_error,
+    process_alive,
+    retrying,
+)
+from grader.feedback import withdraw
 from grader.handins import LABELS, Handin, named_by_lms, recognise
 from grader.intake import (
     Received,
@@ -69,14 +83,19 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "grader.preprocessors.ShowReview",
     "grader.preprocessors.ShowLate",
+    "grader.preprocessors.NameExercises",
     "grader.preprocessors.RedactHiddenTests",
     "grader.preprocessors.SanitizeUntrusted",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 c.ShowLate.deadlines_file = {deadlines!r}
-c.HTMLExporter.template_name = "ctc_feedback"  # nbgrader's feedback, one block changed
-c.HTMLExporter.template_file = "ctc.html.j2"
-c.HTMLExporter.extra_template_basedirs = [{templates!r}, {nbgrader_templates!r}]
+c.NameExercises.source_root = {source!r}
+# The course's feedback template, for feedback pages alone: formgrader renders its grading
+# pages with nbgrader's HTMLExporter, which must keep its own template ("formgrade").
+c.GenerateFeedback.exporter_class = "grader.preprocessors.FeedbackExporter"
+c.FeedbackExporter.template_name = "ctc_feedback"  # nbgrader's feedback, a few blocks changed
+c.FeedbackExporter.template_file = "ctc.html.j2"
+c.FeedbackExporter.extra_template_basedirs = [{templates!r}, {nbgrader_templates!r}]
 """
 
 
@@ -90,7 +109,6 @@ class Course:
     deadlines_file: Path | None = None  # None: deadlines.toml in the course directory
 
     def __post_init__(self) -> None:
-        self._details: dict[str, dict[str, dict]] = {}
         self._handins: dict[str, dict[str, dict]] = {}  # lesson -> student -> Handin.record
         self._gradebook_lock = threading.Lock()  # one reader or writer of the gradebook at once
         self.root = self.root.resolve()
@@ -102,7 +120,7 @@ class Course:
                                else self.root / "deadlines.toml")
         (self.root / "nbgrader_config.py").write_text(CONFIG_TEMPLATE.format(
             root=str(self.root), course_id=COURSE_ID, db_url=self.db_url,
-            deadlines=str(self.deadlines_file),
+            deadlines=str(self.deadlines_file), source=str(self.root / "source"),
             templates=str(Path(__file__).resolve().parent / "templates"),
             nbgrader_templates=_nbgrader_templates()))
 
@@ -227,84 +245,178 @@ class Course:
                     s: before[s]["handin"] for s in self._handins[lesson.name]
                     if before.get(s, {}).get("handin")})
             progress = Progress(len(handins), self.log, self._handins[lesson.name])
-            stored = self.statuses(lesson.name).get(lesson.name, {}) if resume else {}
+            stored = self._stored(lesson) if resume else {}
             review = (discard_overrides, by)
-            pending = []
+            self.skipped = []
             try:
-                for handin in handins:
-                    name = handin.student_id
-                    early = self._receive(lesson, handin)
-                    if isinstance(early, Graded):
-                        graded = progress.done(self._store(lesson, early, review))
-                        statuses[graded.student_id] = graded.outcome()
-                    elif stored.get(name, {}).get("notebook_sha256") == early[3]:
-                        progress.skip(name)  # the same notebook is graded already
-                    else:
-                        pending.append(early)
-
-                def store(graded: Graded, digest: str) -> None:
-                    graded.notebook_sha256 = digest
-                    with self._gradebook_lock:
-                        self._store(lesson, graded, review)
-                    statuses[graded.student_id] = progress.done(graded).outcome()
-
-                if broker is not None:
-                    self._grade_on_workers(lesson, pending, limits, partial, use_sandbox,
-                                           broker, store, jobs)
-                else:
-                    def work(item: tuple[str, Path, list[str], str]) -> tuple[Graded, str]:
-                        student_id, notebook, notes, digest = item
-                        try:
-                            return grade_submission(notebook, "; ".join(notes), lesson,
-                                                    student_id, self.db_url, limits,
-                                                    use_sandbox, self._gradebook_lock,
-                                                    partial), digest
-                        except Exception as error:  # a bug of ours must not stop the batch
-                            return Graded(student_id, "needs_review", [
-                                f"grading error: {type(error).__name__}: {error}"[:500]]), digest
-
-                    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                        for graded, digest in pool.map(work, pending):
-                            store(graded, digest)
+                self._grade_batch(lesson, handins, stored, review, progress, statuses, limits,
+                                  partial, use_sandbox, broker, jobs)
             finally:
                 progress.finish()
                 self._record(lesson, statuses)
         return statuses
 
+    def _stored(self, lesson: Lesson) -> dict[str, dict]:
+        """What the ledger holds for ``lesson``, read once for --resume (waiting a while for a
+        database that does not answer)."""
+        if not self.has_gradebook():
+            return {}
+        return retrying(lambda: ledger.read(self.db_url, lesson.name).get(lesson.name, {}),
+                        what=f"the gradebook's database ({database_name(self.db_url)})",
+                        is_transient=is_database_error, log=self.log)
+
+    def _grade_batch(self, lesson: Lesson, handins: list[Handin], stored: dict[str, dict],
+                     review: tuple[bool, str | None], progress: Progress,
+                     statuses: dict[str, dict[str, str]], limits: Limits, partial: bool,
+                     use_sandbox: bool, broker: str | None, jobs: int) -> None:
+        """Receive, grade and store each hand-in, ``jobs`` at once. Each submission is stored
+        as one unit as soon as it is graded. A fault of the grader's own infrastructure (the
+        database, the broker, the disk: grader/faults.py) stops the batch early: what is
+        stored stays, nothing is charged to a student, and --resume finishes the rest."""
+        pending = []
+        for handin in handins:
+            check_space([self.root, Path(tempfile.gettempdir())])
+            early = self._receive(lesson, handin)
+            if isinstance(early, Graded):
+                statuses[early.student_id] = progress.done(
+                    self._store(lesson, early, review)).outcome()
+            elif stored.get(handin.student_id, {}).get("notebook_sha256") == early[3]:
+                progress.skip(handin.student_id)  # the same notebook is stored whole already
+                self.skipped.append(handin.student_id)
+            else:
+                pending.append(early)
+
+        def store(graded: Graded, digest: str) -> None:
+            graded.notebook_sha256 = digest
+            with self._gradebook_lock:
+                self._store(lesson, graded, review)
+            statuses[graded.student_id] = progress.done(graded).outcome()
+
+        if broker is not None:
+            self._grade_on_workers(lesson, pending, limits, partial, use_sandbox, broker, store,
+                                   jobs)
+            return
+
+        def work(item: tuple[str, Path, list[str], str]) -> tuple[Graded, str]:
+            student_id, notebook, notes, digest = item
+            check_space([self.root, Path(tempfile.gettempdir())])
+            try:
+                graded = grade_submission(notebook, "; ".join(notes), lesson, student_id,
+                                          self.db_url, limits, use_sandbox,
+                                          self._gradebook_lock, partial)
+            except Unavailable:
+                raise
+            except Exception as error:  # a bug of ours must not stop the batch
+                graded = Graded(student_id, "needs_review", [
+                    f"grading error: {type(error).__name__}: {error}"[:500]])
+            if graded.status != "graded" and any("grading error" in r for r in graded.reasons):
+                check_space([self.root, Path(tempfile.gettempdir())])  # the disk, not the code
+            return graded, digest
+
+        stop: Unavailable | None = None
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        futures = [pool.submit(work, item) for item in pending]
+        try:
+            for future in as_completed(futures):
+                try:
+                    graded, digest = future.result()
+                    if stop is None:
+                        store(graded, digest)
+                except Unavailable as fault:
+                    if stop is None:
+                        stop = fault
+                        for other in futures:
+                            other.cancel()
+                except CancelledError:
+                    continue
+        finally:  # interrupted (Ctrl-C, SIGTERM) or stopped: no new submission starts
+            pool.shutdown(wait=True, cancel_futures=True)
+        if stop is not None:
+            raise stop
+
     def deadlines(self):
-        """The deadlines file (grader/deadlines.py), or None where there is none."""
-        return deadlines_mod.load(self.deadlines_file, required=self.deadlines_file
-                                  != self.root / "deadlines.toml")
+        """The deadlines file (grader/deadlines.py), or None where there is none; each extension
+        given to the student of the gradebook it names. Its warnings (a lesson the course does
+        not have, an extension that names no one) are said once per command."""
+        found = deadlines_mod.load(self.deadlines_file, required=self.deadlines_file
+                                   != self.root / "deadlines.toml")
+        if found is None:
+            return None
+        from grader.deadlines_check import people
+
+        found.resolve(people(self.db_url) if self.has_gradebook() else {})
+        said = self.__dict__.setdefault("_deadline_warnings", set())
+        for warning in found.warnings:
+            if warning not in said:
+                said.add(warning)
+                self.log(f"warning: {warning}")
+        return found
 
     def _store_times(self, lesson: Lesson, layout: str, handins: list[Handin],
-                     received: Received, stamped: dict[str, float], deadlines) -> None:
-        """Each hand-in's submission time, best source first: the timestamps file, the
-        layout's own (nbgrader's timestamp.txt, Gradescope's created_at, Blackboard's attempt
-        date), the notebook's time in a zip, Canvas's LATE mark; else none."""
+                     received: Received, stamped: dict[str, tuple[float, str]],
+                     deadlines) -> None:
+        """Each hand-in's submission time, from what can be trusted, best first: the
+        instructor's timestamps file (``--times``: our CSV, Moodle's grading worksheet, Canvas's
+        submissions JSON), Gradescope's ``created_at``, Blackboard's attempt date, a
+        ``timestamp.txt`` our own collect wrote (grader/exchange.py), Canvas's LATE mark.
+        Never a zip member's time (an LMS stamps its zip when it is made: Moodle's "Download
+        all submissions" gives every file the time of the download) nor a ``timestamp.txt``
+        the student wrote (``nbgrader collect`` copies it as the student left it): those
+        hand-ins have no time and pay no penalty, and a student's own stamp is flagged for a
+        look where the lesson has a due date. Says where the times came from."""
+        from collections import Counter
+        from datetime import datetime, timezone
+
+        from grader.exchange import COLLECTED
+
         zone = deadlines.zone if deadlines else None
-        rows = {}
+        due = deadlines is not None and lesson.name in deadlines.due
+        ours = _same_folder(received.root, self.root / COLLECTED)
+        rows, counts = {}, Counter()
         for handin in handins:
             if not valid_student_id(handin.student_id):
                 continue
             at, source = handin.submitted_at, handin.time_source
             if handin.student_id in stamped:
-                at, source = stamped[handin.student_id], "the timestamps file"
+                at, source = stamped[handin.student_id]
+            elif layout == "nbgrader" and at is not None and ours:
+                source = "timestamp.txt (written by python -m grader collect)"
+            elif layout == "nbgrader" and at is not None:
+                claimed = _iso(datetime.fromtimestamp(at, timezone.utc)) \
+                    if deadlines_mod.plausible(at) else "a time out of range"
+                at, source = None, (f"none: timestamp.txt says {claimed}, but the student wrote"
+                                    " it (not python -m grader collect)")
+                if due:
+                    handin.reasons.append(
+                        f"its timestamp.txt says {claimed}, but the student's side wrote it "
+                        "(nbgrader collect copies it as the student left it), so no late penalty"
+                        " is charged: give the time with --times FILE, or collect with python "
+                        "-m grader collect")
             elif at is None and handin.local_time:
                 at = deadlines_mod.naive_time(handin.local_time, zone, "Blackboard's date")
                 source = "Blackboard's attempt date" if at is not None else \
-                    "Blackboard's attempt date (no timezone in the deadlines file to read it in)"
-            elif at is None and handin.notebook is not None and layout != "canvas" \
-                    and str(handin.notebook) in received.member_times:
-                at = deadlines_mod.naive_time(received.member_times[str(handin.notebook)],
-                                              zone, "zip time")
-                source = "the notebook's time in the zip" if at is not None else \
-                    "the zip's time (no timezone in the deadlines file to read it in)"
+                    "none: Blackboard's attempt date, with no timezone in the deadlines file " \
+                    "to read it in"
             if at is None and not source:
                 source = "Canvas's LATE mark" if handin.late else (
-                    "Canvas: not marked late" if layout == "canvas" else "none")
+                    "Canvas: not marked late" if layout == "canvas" else
+                    f"none: no submission time in {LABELS[layout]}")
             rows[handin.student_id] = {"submitted_at": at, "source": source,
                                        "late_mark": handin.late}
+            counts[f"from {source}" if at is not None else "" if source.startswith("none")
+                   else {"Canvas's LATE mark": "marked late by Canvas, time unknown",
+                         "Canvas: not marked late": "not marked late by Canvas"}.get(
+                             source, source)] += 1
         deadlines_mod.write_times(self.db_url, lesson.name, rows)
+        hint = {"moodle": "give Moodle's grading worksheet with --times FILE",
+                "canvas": "give Canvas's submissions API JSON with --times FILE",
+                "nbgrader": "collect with python -m grader collect, or give --times FILE",
+                "blackboard": "set timezone in the deadlines file",
+                }.get(layout, "give a CSV student_id,submitted_at with --times FILE")
+        unknown = counts.pop("", 0)
+        self.log("submission times: " + ", ".join(
+            [f"{n} {what}" for what, n in counts.most_common()]
+            + ([f"{unknown} unknown, so no late penalty for them ({hint})"] if unknown else [])))
 
     def _grade_on_workers(self, lesson: Lesson, pending: list, limits: Limits, partial: bool,
                           use_sandbox: bool, broker: str,
@@ -317,8 +429,14 @@ class Course:
         app = make_app(broker, visibility_timeout=limits.notebook_seconds + 600)
         digests, prepared = {}, []
         for student_id, notebook, notes, digest in pending:
-            ready = prepare_submission(notebook, "; ".join(notes), lesson, student_id,
-                                       self.db_url, self._gradebook_lock)
+            try:
+                ready = prepare_submission(notebook, "; ".join(notes), lesson, student_id,
+                                           self.db_url, self._gradebook_lock)
+            except Unavailable:
+                raise
+            except Exception as error:  # one notebook must not stop the class
+                ready = Graded(student_id, "needs_review", [
+                    f"grading error: {type(error).__name__}: {error}"[:500]])
             if isinstance(ready, Graded):
                 store(ready, digest)
             else:
@@ -360,6 +478,9 @@ class Course:
                 copy_exchange_files(handin.notebook.parent, target)  # feedback's secret
             digest = hashlib.sha256(copy.read_bytes()).hexdigest()
         except OSError as error:
+            if is_disk_error(error):  # our disk, not the student's file
+                raise Unavailable(f"the disk holding {self.root} cannot be written",
+                                  describe(error)) from error
             return Graded(name, "invalid", [f"the submission could not be read "
                                             f"({error.strerror or type(error).__name__})",
                                             *reasons])
@@ -367,111 +488,168 @@ class Course:
 
     def _store(self, lesson: Lesson, graded: Graded,
                review: tuple[bool, str | None] = (False, None)) -> Graded:
-        """Write one submission's grades: every earlier grade of it is replaced, and the
-        review decisions in force are applied again (or, with ``review[0]``, discarded). A
-        student whose id cannot be a gradebook id is recorded in the status file only."""
-        from grader.review import after_grading
+        """Store one submission as one unit: its grades (every earlier grade of it replaced),
+        the review decisions in force applied again (or, with ``review[0]``, discarded, which
+        the review log records), its status, reason, details and the hash of the notebook
+        graded, all in one transaction of the gradebook's database. A database that does not
+        answer is waited for, then ``Unavailable`` stops the batch: a submission is stored
+        whole or not at all, and --resume trusts what was stored. A submission whose grades
+        cannot be stored for a reason of its own is stored with no points, flagged."""
+        from grader.review import state_of
 
-        if not valid_student_id(graded.student_id):
+        database = f"the gradebook's database ({database_name(self.db_url)})"
+
+        def transient(error: BaseException) -> bool:
+            from nbgrader.api import InvalidEntry
+
+            # InvalidEntry: another grader added the same student at the same instant
+            return is_database_error(error) or isinstance(error, InvalidEntry)
+
+        if not valid_student_id(graded.student_id):  # no gradebook row: the ledger alone
+            retrying(lambda: ledger.write(self.db_url, lesson.name, [self._row(lesson, graded)]),
+                     what=database, is_transient=is_database_error, log=self.log)
             return graded
+        state = retrying(lambda: state_of(self.db_url, lesson.name, graded.student_id),
+                         what=database, is_transient=is_database_error, log=self.log)
+        self._write_autograded(lesson, graded)
         try:
-            self._write_grades(lesson, graded)
-        except Exception as error:  # one submission must not stop the batch
+            retrying(lambda: self._commit(lesson, graded, state, review[0], review[1]),
+                     what=database, is_transient=transient, log=self.log)
+        except Unavailable:
+            raise
+        except Exception as error:  # this submission's own data: flag it, with no points
             graded.status = "needs_review"
             graded.reasons.append(f"its grades could not be saved ({type(error).__name__}: "
                                   f"{error})"[:300])
-            graded.notebook = None
-            try:
-                self._zero(lesson, graded.student_id)
-            except Exception as again:
-                graded.reasons.append(f"nor zeroed ({type(again).__name__})")
-        try:
-            after_grading(self, lesson.name, graded.student_id, graded.notebook_sha256,
-                          discard=review[0], by=review[1])
-        except Exception as error:  # the grades stand; the decisions could not be re-applied
-            graded.status = "needs_review"
-            graded.reasons.append(f"the review decisions in force could not be applied again "
-                                  f"({type(error).__name__}: {error})"[:300])
+            graded.notebook, graded.verdicts = None, []
+            self._write_autograded(lesson, graded)
+            retrying(lambda: self._commit(lesson, graded, state, review[0], review[1]),
+                     what=database, is_transient=transient, log=self.log)
+        # A feedback page shows grades: one made before these is withdrawn now, so that
+        # nothing (nbgrader's release_feedback, an LMS zip) hands out the old grades.
+        withdraw(self, lesson, {graded.student_id})
+        if state.in_force:
+            who = inert(graded.student_id, 120)
+            if review[0]:
+                self.log(f"  {who}: review decisions discarded (--discard-overrides)")
+            else:
+                older = {d.notebook_sha256 for d in state.in_force} - {
+                    graded.notebook_sha256, ""}
+                self.log(f"  {who}: kept review decisions ({state.summary()})"
+                         + ("; they were made on another notebook than this one"
+                            if older and graded.notebook_sha256 else "")
+                         + "; --discard-overrides drops them")
         return graded
 
-    def _write_grades(self, lesson: Lesson, graded: Graded) -> None:
-        self._zero(lesson, graded.student_id)
+    def _write_autograded(self, lesson: Lesson, graded: Graded) -> None:
+        """The notebook as run, for feedback, in autograded/STUDENT/LESSON/ (written before
+        the grades are committed: a kill in between leaves a newer notebook and the older
+        grades, which --resume grades again). A full disk stops the batch."""
         autograded = self.root / "autograded" / graded.student_id / lesson.name
-        if autograded.exists():
-            remove_tree(autograded)
-        if graded.notebook is None:
-            return
-        points = {f"test-{v.name}": v.points for v in graded.verdicts}
+        try:
+            if autograded.exists():
+                remove_tree(autograded)
+            if graded.notebook is None:
+                return
+            autograded.mkdir(parents=True)
+            staged = autograded / f".{lesson.notebook.name}.partial"
+            nbformat.write(nbformat.from_dict(text_safe(graded.notebook)), staged)
+            staged.replace(autograded / lesson.notebook.name)
+        except OSError as error:
+            if is_disk_error(error):
+                raise Unavailable(f"the disk holding {self.root} cannot be written",
+                                  describe(error)) from error
+            raise
+
+    def _commit(self, lesson: Lesson, graded: Graded, state, discard: bool,
+                by: str | None) -> None:
+        """One transaction: the student's grades, the review decisions in force (nbgrader's
+        ``manual_score``), the ledger's row; and, when discarding decisions, the log's row."""
+        from grader.review import who
+
+        ledger.engine(self.db_url)  # the course's own tables exist before the transaction
+        points = {f"test-{v.name}": v.points for v in graded.verdicts} \
+            if graded.notebook is not None else {}
+        overrides = state.overrides if state.in_force and not discard else {}
         with self.gradebook() as gb:
-            submission = gb.find_submission(lesson.name, graded.student_id)
+            # nbgrader commits these two itself; neither changes a grade of an existing row
+            gb.update_or_create_student(graded.student_id, **self._student_fields(
+                lesson, graded.student_id, gb=gb))
+            submission = gb.update_or_create_submission(lesson.name, graded.student_id)
             for notebook in submission.notebooks:
                 for grade in notebook.grades:
-                    if grade.name in points:
-                        grade.auto_score = min(points[grade.name], grade.max_score)
+                    grade.auto_score = min(points.get(grade.name, 0), grade.max_score)
+                    decision = overrides.get(grade.name.removeprefix("test-"))
+                    grade.manual_score = None if decision is None else min(
+                        float(decision.points), float(grade.max_score))
+                    grade.needs_manual_grade = False
+            ledger.write_in(gb.db, lesson.name, [self._row(lesson, graded)])
+            if discard and state.in_force:
+                ledger.log_in(gb.db, [{"lesson": lesson.name, "student_id": graded.student_id,
+                                       "action": "discard", "by": who(by), "note": "",
+                                       "notebook_sha256": graded.notebook_sha256}])
             gb.db.commit()
-        autograded.mkdir(parents=True)
-        nbformat.write(nbformat.from_dict(text_safe(graded.notebook)),
-                       autograded / lesson.notebook.name)
-        self._details.setdefault(lesson.name, {})[graded.student_id] = {
+
+    def _row(self, lesson: Lesson, graded: Graded) -> dict:
+        """The ledger's row of a graded submission: status, reason, hash, details."""
+        details = {} if graded.notebook is None else {
             "seconds": round(graded.seconds, 2),
             "flags": graded.flags,
             "exercises": {v.name: {"points": v.points, "max_points": v.max_points,
                                    "passed": v.passed, "total": v.total, "note": v.note,
                                    "failures": v.visible_failures[:10],
                                    "hidden_failed": v.hidden_failed}
-                          for v in graded.verdicts},
-        }
+                          for v in graded.verdicts}}
+        handin = self._handins.get(lesson.name, {}).get(graded.student_id)
+        if handin:
+            details["handin"] = handin
+        return {"student_id": graded.student_id, "status": graded.status,
+                "reason": graded.reason, "notebook_sha256": graded.notebook_sha256,
+                "details": details}
 
-    def _zero(self, lesson: Lesson, student_id: str) -> None:
-        """Record a submission with no gradable notebook: every grade 0.
+    def _student_fields(self, lesson: Lesson, student_id: str, gb=None) -> dict[str, str]:
+        """What nbgrader's Student row keeps of a hand-in, for formgrader and ``nbgrader
+        export``: the name, the e-mail and the LMS's own id. A name or e-mail the row has
+        already (the roster: ``nbgrader db student import``, formgrader, an earlier hand-in)
+        wins over the download's, which the student may have typed (Gradescope's ``:name:``,
+        Blackboard's ``Name:``). Whatever the row keeps is written neutral
+        (``_gradebook_text``). ``gb``: the open gradebook to read the row from (else one is
+        opened)."""
+        from nbgrader.api import Student
 
-        Graders of other lessons sharing the database may add the same student at the same
-        instant; the one whose insert loses that race finds the student on its next try."""
-        from nbgrader.api import InvalidEntry
+        def stored(book) -> tuple[str | None, str | None, str | None]:
+            row = book.db.query(Student).filter(Student.id == student_id).one_or_none()
+            return (row.first_name, row.last_name, row.email) if row else (None, None, None)
 
-        for attempt in range(3):
-            try:
-                with self.gradebook() as gb:
-                    gb.update_or_create_student(student_id, **self._student_fields(
-                        lesson, student_id))
-                    submission = gb.update_or_create_submission(lesson.name, student_id)
-                    for notebook in submission.notebooks:
-                        for grade in notebook.grades:
-                            grade.auto_score, grade.manual_score = 0, None
-                            grade.needs_manual_grade = False
-                    gb.db.commit()
-                return
-            except InvalidEntry:  # a duplicate key: the other grader's row is there now
-                if attempt == 2:
-                    raise
-
-    def _student_fields(self, lesson: Lesson, student_id: str) -> dict[str, str]:
-        """What nbgrader's Student row keeps of a hand-in: the name (for formgrader), the
-        e-mail and the LMS's own id, where the download gave them."""
-        record = self._handins.get(lesson.name, {}).get(student_id)
-        if not record:
-            return {}
-        fields = {"last_name": record["name"][:120] or None,
-                  "email": record["email"][:120] or None}
-        if record["from"] not in ("folders", "nbgrader"):
-            fields["lms_user_id"] = (record.get("lms_id") or student_id)[:120]
-        return {k: v for k, v in fields.items() if v}
+        if gb is not None:
+            first, last, email = stored(gb)
+        else:
+            with self.gradebook() as own:
+                first, last, email = stored(own)
+        record = self._handins.get(lesson.name, {}).get(student_id) or {}
+        fields = {"first_name": first, "last_name": last} if first or last else {
+            "last_name": record.get("name")}
+        fields["email"] = email or record.get("email")
+        if record and record.get("from") not in ("folders", "nbgrader"):
+            fields["lms_user_id"] = record.get("lms_id") or student_id
+        return {key: _gradebook_text(value) for key, value in fields.items() if value}
 
     def _record(self, lesson: Lesson, statuses: dict[str, dict[str, str]]) -> None:
-        """Store each graded submission's status in the ledger (the gradebook's database), then
-        write grading_status.json, a copy of the whole ledger, for people and scripts."""
-        details = self._details.get(lesson.name, {})
-        handins = self._handins.get(lesson.name, {})
-        ledger.write(self.db_url, lesson.name, [
-            {"student_id": student, "status": status["status"], "reason": status["reason"],
-             "notebook_sha256": status.get("notebook_sha256", ""),
-             "details": {**details.get(student, {}),
-                         **({"handin": handins[student]} if student in handins else {})}}
-            for student, status in statuses.items()])
+        """Write grading_status.json, a copy of the whole ledger for people and scripts (the
+        ledger itself is written submission by submission). Where the database cannot be
+        read now, the copy waits for the next command."""
+        try:
+            copy = json.dumps(self.statuses(), indent=1, sort_keys=True)
+        except CourseError:
+            return
         path = self.root / STATUS_FILE
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.statuses(), indent=1, sort_keys=True))
-        tmp.replace(path)
+        try:
+            tmp.write_text(copy)
+            tmp.replace(path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     # ------------------------------------------------------------------ export
 
@@ -574,83 +752,19 @@ class Course:
     # ------------------------------------------------------------------ feedback
 
     def feedback(self, lesson: Lesson, zips: bool = False) -> Path:
-        """nbgrader's feedback page for every graded student. One page that cannot be made
-        does not stop the others: it is made again on its own, and named if it still fails.
-        With ``zips``, also one zip per student in feedback-zips/LESSON/, for an LMS's bulk
-        upload of feedback files."""
-        done = self.nbgrader("generate_feedback", lesson.name, "--force")
-        folder = self.root / "feedback"
-        if done.returncode != 0:
-            graded = sorted(p.name for p in (self.root / "autograded").iterdir()
-                            if (p / lesson.name).is_dir()) \
-                if (self.root / "autograded").is_dir() else []
-            missing = [s for s in graded
-                       if not (folder / s / lesson.name / f"{lesson.notebook_id}.html").exists()]
-            failed = [s for s in missing
-                      if self.nbgrader("generate_feedback", lesson.name, "--student", s,
-                                       "--force").returncode != 0]
-            if failed and len(failed) == len(graded):
-                raise CourseError(f"nbgrader generate_feedback {lesson.name} failed:\n"
-                                  + inert(_tail(done.stderr + done.stdout), 3000))
-            for student in failed:
-                self.log(f"no feedback page for {inert(student)}: nbgrader could not render "
-                         "the graded notebook")
-        self.log(f"feedback pages in {folder}/<student_id>/{lesson.name}/")
-        if zips:
-            self._feedback_for_lms(lesson, sorted(folder.glob(f"*/{lesson.name}/*.html")))
-        return folder
+        """nbgrader's feedback page for every graded student (grader/feedback.py), each
+        earlier page withdrawn first: no page outlives the grades it shows. With ``zips``,
+        also the pages as the students' LMS takes them back, in feedback-zips/LESSON/."""
+        from grader.feedback import write_pages
 
+        return write_pages(self, lesson, zips)
 
-    def _feedback_for_lms(self, lesson: Lesson, pages: list[Path]) -> None:
-        """The feedback pages as each student's LMS takes them back, in feedback-zips/LESSON/:
+    def current_feedback(self, lesson: Lesson) -> list[Path]:
+        """The feedback pages of ``lesson`` not older than their student's grades: the only
+        ones to hand out (a stale one is withdrawn)."""
+        from grader.feedback import current_pages
 
-        - Moodle ("Upload multiple feedback files in a zip", mod/assign/feedback/file/
-          importziplib.php): one zip, a folder per student named
-          ``<Full Name>_<participant id>_assignfeedback_file_`` as the download named them.
-        - Canvas takes bulk feedback only through its API: a folder per student named as the
-          download named them (``<name>[_LATE]_<user id>``), to attach by hand or by script.
-        - Others: one zip per student, ``<student_id>.zip``.
-        """
-        target = self.root / "feedback-zips" / lesson.name
-        if target.exists():
-            remove_tree(target)
-        target.mkdir(parents=True)
-        records = self.statuses(lesson.name).get(lesson.name, {})
-        moodle, canvas, single, skipped = [], 0, 0, []
-        for page in pages:
-            student = page.parent.parent.name
-            handin = records.get(student, {}).get("handin") or {}
-            source, named = handin.get("from"), str(handin.get("download_name", ""))
-            if source in ("moodle", "canvas") and not _safe_component(named):
-                skipped.append(student)
-            elif source == "moodle":
-                moodle.append((f"{named}_assignfeedback_file_/{page.name}", page))
-            elif source == "canvas":
-                (target / "canvas" / named).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(page, target / "canvas" / named / page.name)
-                canvas += 1
-            else:
-                with zipfile.ZipFile(target / f"{student}.zip", "w",
-                                     compression=zipfile.ZIP_DEFLATED) as archive:
-                    archive.write(page, f"{student}/{lesson.name}/{page.name}")
-                single += 1
-        if moodle:
-            with zipfile.ZipFile(target / "moodle-feedback.zip", "w",
-                                 compression=zipfile.ZIP_DEFLATED) as archive:
-                for member, page in moodle:
-                    archive.write(page, member)
-            self.log(f"{len(moodle)} page(s) in {target}/moodle-feedback.zip: in the Moodle "
-                     "assignment, View all submissions > Grading action > Upload multiple "
-                     "feedback files in a zip")
-        if canvas:
-            self.log(f"{canvas} folder(s) in {target}/canvas/, one per student as Canvas's "
-                     "download named them: Canvas takes feedback files only one by one (or "
-                     "through its API), not as a zip")
-        if single:
-            self.log(f"{single} zip(s) in {target}/, one per student")
-        if skipped:
-            self.log(f"no LMS folder for {len(skipped)} student(s) whose download name cannot "
-                     "be a file name: " + inert(", ".join(skipped), 300))
+        return current_pages(self, lesson)
 
 
 class Progress:
@@ -703,22 +817,66 @@ def _unpacked(submissions: Path, course_root: Path) -> Iterator[Received]:
         return
     if not zipfile.is_zipfile(submissions):
         raise CourseError(f"{display_name(str(submissions))} is neither a folder nor a zip file")
-    tmp = Path(tempfile.mkdtemp(dir=course_root, prefix="unzip-"))
+    remove_leftovers(course_root)
+    tmp = Path(tempfile.mkdtemp(dir=course_root, prefix=f"{UNZIP}{socket.gethostname()}-"
+                                                          f"{os.getpid()}-"))
     try:
         yield unpack_zip(submissions, tmp, named_by_lms)
     finally:
         remove_tree(tmp)
 
 
-def _safe_component(name: str) -> bool:
-    """Whether a name the download gave can name a folder here and in a zip: one path
-    component, valid UTF-8, nothing a terminal would run."""
+UNZIP = "unzip-"  # a zip's members, unpacked in the course directory for one batch
+LEFTOVER_SECONDS = 6 * 3600  # an unzip folder of no known process, untouched this long
+
+
+def remove_leftovers(course_root: Path) -> list[str]:
+    """Remove the unzip folders of batches that were killed (SIGKILL leaves them, holding
+    students' files): those of this machine whose process is gone, and any of no known process
+    left untouched for hours. Another grader's live batch keeps its folder."""
+    removed = []
+    host = socket.gethostname()
+    for folder in course_root.glob(f"{UNZIP}*"):
+        name = folder.name.removeprefix(UNZIP)
+        owner, _, rest = name.rpartition("-")[0].rpartition("-")
+        try:
+            pid = int(rest) if owner == host else None
+        except ValueError:
+            pid = None
+        try:
+            stale = (not process_alive(pid) if pid is not None else
+                     owner != host and time.time() - folder.stat().st_mtime > LEFTOVER_SECONDS)
+            if stale and folder.is_dir() and not folder.is_symlink():
+                remove_tree(folder)
+                removed.append(folder.name)
+        except OSError:
+            continue
+    return removed
+
+
+def _same_folder(one: Path, other: Path) -> bool:
     try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
+        return Path(one).resolve() == Path(other).resolve()
+    except OSError:
         return False
-    return (0 < len(name.encode()) <= 200 and name not in (".", "..") and "/" not in name
-            and "\\" not in name and inert(name, 1000) == name)
+
+
+def _gradebook_text(value: object) -> str:
+    """A name or e-mail as nbgrader's gradebook keeps it: neutral wherever nbgrader shows it.
+    nbgrader 0.9.6's ``export`` joins fields with commas, unquoted, so a comma or semicolon (a
+    separator in some locales) or a double quote would move the columns, and a field that
+    begins with = + - @ is a formula; formgrader's grading page prints first and last name
+    into its HTML unescaped. So: control characters escaped (``inert``), at most 120
+    characters, no , ; " < > & (written in their fullwidth forms), and a leading ' before a
+    formula's first character, as export.py writes names."""
+    text = inert(value, 120).translate(_GRADEBOOK_LOOKALIKES)
+    text = " ".join(text.split())
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+
+
+# The fullwidth forms of the characters nbgrader's export and formgrader would read as syntax.
+_GRADEBOOK_LOOKALIKES = str.maketrans({",": "\uff0c", ";": "\uff1b", '"': "\uff02",
+                                       "<": "\uff1c", ">": "\uff1e", "&": "\uff06"})
 
 
 def _exercise_grades(gb) -> dict[tuple[str, str], dict[str, dict[str, float]]]:

@@ -36,25 +36,45 @@ The submission time (grader/handins.py, course.autograde) is the fact stored bes
 grade, in the table ``ctc_submission_time``; the penalty is computed from it and the file as
 it stands whenever grades are read (export, report, feedback, review), so that an extension
 granted after grading counts without grading again. A submission with no known time pays no
-penalty, and the report says so. A Canvas ``LATE_`` mark with no time counts as one period
-late (the least a late hand-in can be), unless a timestamps file gives the time.
+penalty, and the report says so. A Canvas ``LATE_`` mark with no time costs what one second
+late costs (one period, or nothing within a grace or an extension: the least a late hand-in can
+be), unless a timestamps file gives the time.
+
+Every value is checked when the file is read, by every command (``python -m grader deadlines
+--check`` shows it all): a bad value is an error that says what to write, and what reads as a
+mistake (a lesson the course does not have, an extension for a student no one graded) is a
+warning. An extension names its student by gradebook id, the LMS's id, e-mail or name
+(``resolve``, with the students of the gradebook).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqlalchemy import Boolean, Column, Float, String, Table, select
-
-from grader.lessons import CourseError
+from grader.handin_times import (  # noqa: F401  (where they were; read by other modules)
+    TIMES,
+    naive_time,
+    nbgrader_timestamp,
+    read_times,
+    write_times,
+)
+from grader.intake import inert
+from grader.lessons import LESSON_NAME, NOTEBOOKS, CourseError
 
 POLICY_FIELDS = ("per", "rate", "cap", "zero_after_days", "zero_after_hours", "grace_minutes")
+LESSON_FIELDS = ("due", "policy")
+EXTENSION_FIELDS = ("student", "lesson", "due", "days")
+# A date outside these years, or a span longer than MAX_DAYS, is a typo (and past year 9999
+# Python's datetime cannot count at all).
+FIRST_YEAR, LAST_YEAR = 1971, 2199
+MAX_DAYS = 3660
+ZONE_NAME = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+){0,2}")  # IANA: Area/City
 
 
 @dataclass(frozen=True)
@@ -98,30 +118,65 @@ class Deadlines:
     policy: Policy = field(default_factory=Policy)
     due: dict[str, datetime] = field(default_factory=dict)
     policies: dict[str, Policy] = field(default_factory=dict)
-    extensions: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    extensions: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (id, lesson)
     source: str = ""
+    requested: list[tuple[int, str, str, datetime]] = field(default_factory=list)  # as written
+    file_warnings: list[str] = field(default_factory=list)  # what reads as a mistake
+    warnings: list[str] = field(default_factory=list)  # file_warnings and resolve's
+    given: dict[int, str] = field(default_factory=dict)  # extension number -> gradebook id
+    unchecked: set[int] = field(default_factory=set)  # extensions of lessons no one is graded for
 
     def judge(self, lesson: str, student: str, submitted: float | None, source: str,
               late_mark: bool = False) -> Late:
         """The penalty of one submission of ``lesson`` handed in at ``submitted`` (seconds
-        since the epoch; None: unknown)."""
+        since the epoch; None: unknown). ``late_mark``: the LMS marked it late, against the
+        LMS's own due date, with no time: it costs what one second late costs, which is
+        nothing within a grace or an extension."""
         due = self.extensions.get((student, lesson), self.due.get(lesson))
         extended = (student, lesson) in self.extensions
+        if submitted is not None and not plausible(submitted):
+            submitted, source = None, f"{source} (a time out of range: ignored)"
         if due is None:
             return Late(None, _utc(submitted), source, note="no due date for this lesson")
         policy = self.policies.get(lesson, self.policy)
         if submitted is None:
-            if late_mark:
-                fraction = penalty_fraction(policy, due, due + timedelta(seconds=1))[0]
+            if not late_mark:
+                return Late(due, None, source, 0.0, 0, extended,
+                            "no submission time: no penalty")
+            if extended:
+                return Late(due, None, source, 0.0, 0, extended,
+                            "marked late by the LMS (against its own due date), time unknown; "
+                            "an extension applies here: no penalty")
+            fraction = penalty_fraction(policy, due, _elapsed(due, timedelta(seconds=1)))[0]
+            if fraction:
                 return Late(due, None, source, fraction, 1, extended,
-                            "marked late by the LMS, time unknown: charged as one period late")
+                            "marked late by the LMS, time unknown: charged as one period late"
+                            f" (-{fraction:.0%})")
+            why = (f"it may lie within the {policy.grace.total_seconds() / 60:g}-minute grace"
+                   if policy.grace else "one period late costs nothing under this policy")
             return Late(due, None, source, 0.0, 0, extended,
-                        "no submission time: no penalty")
+                        f"marked late by the LMS, time unknown: no penalty ({why})")
         when = datetime.fromtimestamp(submitted, timezone.utc)
         fraction, periods = penalty_fraction(policy, due, when)
         note = "on time" if not periods and not fraction else (
             f"{_span(when - due)} late: " + (f"-{fraction:.0%}" if fraction else "no penalty"))
         return Late(due, when, source, fraction, periods, extended, note)
+
+    def resolve(self, people: dict[str, dict[str, dict]]) -> None:
+        """Give each extension to the student it names, among ``people`` (lesson -> gradebook
+        id -> ``name``, ``email``, ``lms_id``): grader/deadlines_check.py."""
+        from grader.deadlines_check import resolve
+
+        resolve(self, people)
+
+
+def plausible(seconds: float) -> bool:
+    """Whether a submission time lies in the years a deadline may (else it is garbage: a
+    forged or broken file's)."""
+    try:
+        return FIRST_YEAR <= datetime.fromtimestamp(seconds, timezone.utc).year <= LAST_YEAR
+    except (OverflowError, OSError, ValueError):
+        return False
 
 
 def penalty_fraction(policy: Policy, due: datetime, submitted: datetime) -> tuple[float, int]:
@@ -195,28 +250,42 @@ def _utc(seconds: float | None) -> datetime | None:
 
 def parse_time(text: object, zone: ZoneInfo | None, what: str) -> datetime:
     """An ISO 8601 time as an aware datetime; without an offset, in ``zone`` (an error without
-    one, or where the wall time does not exist or exists twice there)."""
+    one, or where the wall time does not exist or exists twice there, or outside the years
+    FIRST_YEAR to LAST_YEAR)."""
     if isinstance(text, datetime):  # TOML's own date-times
         when = text
     else:
+        shown = inert(str(text), 80)
         try:
             when = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
         except ValueError:
-            raise CourseError(f"{what}: {text!r} is not a time (write 2025-03-10 23:59, or "
+            raise CourseError(f"{what}: {shown!r} is not a time (write 2025-03-10 23:59, or "
                               "2025-03-10T23:59+01:00)") from None
+    if not FIRST_YEAR <= when.year <= LAST_YEAR:
+        raise CourseError(f"{what}: {inert(str(text), 80)} is out of range: give a date in the "
+                          f"years {FIRST_YEAR} to {LAST_YEAR}")
     if when.tzinfo is not None:
         return when
     if zone is None:
-        raise CourseError(f"{what}: {text!s} has no time zone; give an offset "
+        raise CourseError(f"{what}: {inert(str(text), 80)} has no time zone; give an offset "
                           "(+01:00) or set timezone = \"Area/City\" in the deadlines file")
     first, second = when.replace(tzinfo=zone, fold=0), when.replace(tzinfo=zone, fold=1)
     if first.astimezone(timezone.utc).astimezone(zone).replace(tzinfo=None) != when:
-        raise CourseError(f"{what}: {text!s} does not exist in {zone.key} (clocks go "
+        raise CourseError(f"{what}: {when} does not exist in {zone.key} (clocks go "
                           "forward); give another time or its offset")
     if first.utcoffset() != second.utcoffset():
-        raise CourseError(f"{what}: {text!s} happens twice in {zone.key} (clocks go back); "
+        raise CourseError(f"{what}: {when} happens twice in {zone.key} (clocks go back); "
                           "give the offset, e.g. +01:00 or +02:00")
     return first
+
+
+def _number(value: object, what: str, most: int) -> float:
+    """A number of the file, 0 to ``most``, or an error that says what to write."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+            value) or not 0 <= value <= most:
+        raise CourseError(f"{what} = {inert(repr(value), 60)} must be a number from 0 to "
+                          f"{most:,}")
+    return float(value)
 
 
 def _policy(table: object, base: Policy, what: str) -> Policy:
@@ -224,32 +293,39 @@ def _policy(table: object, base: Policy, what: str) -> Policy:
         raise CourseError(f"{what} must be a table of {', '.join(POLICY_FIELDS)}")
     unknown = set(table) - set(POLICY_FIELDS)
     if unknown:
-        raise CourseError(f"{what}: unknown field(s) {', '.join(sorted(unknown))}; known: "
-                          f"{', '.join(POLICY_FIELDS)}")
+        raise CourseError(f"{what}: unknown field(s) {inert(', '.join(sorted(unknown)), 200)}; "
+                          f"known: {', '.join(POLICY_FIELDS)}")
     per = table.get("per", base.per)
     if per not in ("none", "day", "hour"):
-        raise CourseError(f"{what}: per = {per!r}: one of \"none\", \"day\", \"hour\"")
-    numbers = {}
-    for name in ("rate", "cap", "zero_after_days", "zero_after_hours", "grace_minutes"):
-        value = table.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value < 0):
-            raise CourseError(f"{what}: {name} = {value!r} must be a number, 0 or more")
-        numbers[name] = value
-    for name in ("rate", "cap"):
-        if numbers[name] is not None and numbers[name] > 1:
-            raise CourseError(f"{what}: {name} is a fraction of the score, at most 1")
+        raise CourseError(f"{what}: per = {inert(repr(per), 60)}: one of \"none\", \"day\", "
+                          "\"hour\"")
+    most = {"rate": 1, "cap": 1, "zero_after_days": MAX_DAYS, "zero_after_hours": MAX_DAYS * 24,
+            "grace_minutes": MAX_DAYS * 1440}
+    numbers = {name: None if table.get(name) is None else _number(
+        table[name], f"{what}: {name}", most[name]) for name in most}
     zero = base.zero_after
     if numbers["zero_after_days"] is not None:
         zero = timedelta(days=numbers["zero_after_days"])
     if numbers["zero_after_hours"] is not None:
         zero = timedelta(hours=numbers["zero_after_hours"])
     return replace(base, per=per,
-                   rate=float(numbers["rate"] if numbers["rate"] is not None else base.rate),
-                   cap=float(numbers["cap"] if numbers["cap"] is not None else base.cap),
+                   rate=numbers["rate"] if numbers["rate"] is not None else base.rate,
+                   cap=numbers["cap"] if numbers["cap"] is not None else base.cap,
                    zero_after=zero,
                    grace=timedelta(minutes=numbers["grace_minutes"])
                    if numbers["grace_minutes"] is not None else base.grace)
+
+
+def _zone(value: object, source: str) -> ZoneInfo:
+    example = "(e.g. \"Europe/Berlin\", \"America/New_York\", \"UTC\")"
+    if not isinstance(value, str) or len(value) > 64 or not ZONE_NAME.fullmatch(value):
+        raise CourseError(f"{source}: timezone = {inert(repr(value), 80)} is no IANA time zone "
+                          f"name {example}")
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # "Europe" is a folder of zones
+        raise CourseError(f"{source}: timezone = {value!r} is no IANA time zone {example}"
+                          ) from None
 
 
 def parse(text: str, source: str = "deadlines.toml") -> Deadlines:
@@ -264,52 +340,68 @@ def parse(text: str, source: str = "deadlines.toml") -> Deadlines:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise CourseError(f"{source} is not valid TOML: {error}") from None
+        raise CourseError(f"{source} is not valid TOML: {inert(str(error), 300)}") from None
     unknown = set(data) - {"timezone", "policy", "lessons", "extensions"}
     if unknown:
-        raise CourseError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; known: "
-                          "timezone, policy, lessons, extensions")
-    zone = None
-    if "timezone" in data:
-        try:
-            zone = ZoneInfo(str(data["timezone"]))
-        except (ZoneInfoNotFoundError, ValueError):
-            raise CourseError(f"{source}: timezone = {data['timezone']!r} is no IANA time "
-                              "zone (e.g. \"Europe/Berlin\", \"America/New_York\", "
-                              "\"UTC\")") from None
+        raise CourseError(f"{source}: unknown key(s) {inert(', '.join(sorted(unknown)), 200)}; "
+                          "known: timezone, policy, lessons, extensions")
+    zone = _zone(data["timezone"], source) if "timezone" in data else None
     found = Deadlines(zone, _policy(data.get("policy", {}), Policy(), f"{source} [policy]"),
                       source=source)
     lessons = data.get("lessons", {})
     if not isinstance(lessons, dict):
         raise CourseError(f"{source}: [lessons.NAME] tables with due = \"...\"")
     for lesson, entry in lessons.items():
+        where = f"{source} [lessons.{inert(lesson, 80)}]"
         if not isinstance(entry, dict) or "due" not in entry:
-            raise CourseError(f"{source} [lessons.{lesson}] needs due = \"...\"")
-        found.due[lesson] = parse_time(entry["due"], zone, f"{source} [lessons.{lesson}] due")
+            raise CourseError(f"{where} needs due = \"...\"")
+        extra = set(entry) - set(LESSON_FIELDS)
+        if extra:
+            raise CourseError(f"{where}: unknown key(s) {inert(', '.join(sorted(extra)), 200)};"
+                              " known: due, policy")
+        found.due[lesson] = parse_time(entry["due"], zone, f"{where} due")
         if "policy" in entry:
-            found.policies[lesson] = _policy(entry["policy"], found.policy,
-                                             f"{source} [lessons.{lesson}] policy")
+            found.policies[lesson] = _policy(entry["policy"], found.policy, f"{where} policy")
+        if not (LESSON_NAME.match(lesson) and (NOTEBOOKS / lesson).is_dir()):
+            known = sorted(p.name for p in NOTEBOOKS.iterdir() if LESSON_NAME.match(p.name))
+            near = difflib.get_close_matches(lesson, known, n=1, cutoff=0.6)
+            found.file_warnings.append(
+                f"{where}: the course has no lesson {inert(lesson, 80)!r}, so this due date "
+                "applies to nothing" + (f" (did you mean {near[0]}?)" if near else
+                                        f"; the lessons are {', '.join(known)}"))
     extensions = data.get("extensions", [])
     if not isinstance(extensions, list):
         raise CourseError(f"{source}: extensions are [[extensions]] tables")
     for number, entry in enumerate(extensions, 1):
         what = f"{source} extension {number}"
-        if not isinstance(entry, dict) or not entry.get("student") or not entry.get("lesson"):
-            raise CourseError(f"{what} needs student = \"...\" and lesson = \"...\"")
-        lesson, student = str(entry["lesson"]), str(entry["student"])
+        if not isinstance(entry, dict) or not isinstance(entry.get("student"), (str, int)) \
+                or isinstance(entry.get("student"), bool) or not str(entry["student"]).strip() \
+                or not isinstance(entry.get("lesson"), str) or not entry["lesson"]:
+            raise CourseError(f"{what} needs student = \"...\" (the student's id, LMS id, "
+                              "e-mail or name) and lesson = \"...\"")
+        extra = set(entry) - set(EXTENSION_FIELDS)
+        if extra:
+            raise CourseError(f"{what}: unknown key(s) {inert(', '.join(sorted(extra)), 200)}; "
+                              f"known: {', '.join(EXTENSION_FIELDS)}")
+        lesson, student = entry["lesson"], str(entry["student"]).strip()
         if lesson not in found.due:
-            raise CourseError(f"{what}: lesson {lesson!r} has no due date in the file")
+            raise CourseError(f"{what}: lesson {inert(lesson, 80)!r} has no due date in the "
+                              "file")
         if ("due" in entry) == ("days" in entry):
             raise CourseError(f"{what}: give due = \"...\" or days = N, one of them")
         if "due" in entry:
             when = parse_time(entry["due"], zone, what)
         else:
-            days = entry["days"]
-            if isinstance(days, bool) or not isinstance(days, (int, float)) or days < 0:
-                raise CourseError(f"{what}: days = {days!r} must be a number, 0 or more")
-            when = _wall(found.due[lesson], 0) + timedelta(days=days) \
-                if float(days) != int(days) else _wall(found.due[lesson], int(days))
-        found.extensions[(student, lesson)] = when
+            days = _number(entry["days"], f"{what}: days", MAX_DAYS)
+            try:
+                when = _wall(found.due[lesson], int(days)) if days == int(days) else \
+                    _elapsed(found.due[lesson], timedelta(days=days))
+            except OverflowError:
+                when = None
+            if when is None or when.year > LAST_YEAR:
+                raise CourseError(f"{what}: days = {days:g} goes past the year {LAST_YEAR}")
+        found.requested.append((number, student, lesson, when))
+    found.resolve({})
     return found
 
 
@@ -326,98 +418,20 @@ def load(path: Path | None, required: bool = False) -> Deadlines | None:
     return parse(text, str(path))
 
 
-# ------------------------------------------------------------------ submission times
+def times_file(path: Path, zone: ZoneInfo | None) -> dict[str, tuple[float, str]]:
+    """The instructor's timestamps file: student id -> (seconds since the epoch, source). Our
+    CSV ``student_id,submitted_at``, Moodle's grading worksheet or Canvas's submissions JSON
+    (grader/handin_times.py)."""
+    from grader import handin_times
 
-def times_file(path: Path, zone: ZoneInfo | None) -> dict[str, float]:
-    """The instructor's timestamps file: a CSV with columns ``student_id,submitted_at``."""
-    from grader.export import read_csv
-
-    rows = read_csv(path, "timestamps file")
-    if rows and not {"student_id", "submitted_at"} <= set(rows[0]):
-        raise CourseError(f"the timestamps file {path} needs the columns student_id and "
-                          "submitted_at")
-    return {row["student_id"]: parse_time(row["submitted_at"], zone,
-                                          f"{path}, {row['student_id']}").timestamp()
-            for row in rows if row.get("student_id") and row.get("submitted_at")}
+    return handin_times.read(path, zone)
 
 
-def naive_time(value: tuple | str, zone: ZoneInfo | None, what: str) -> float | None:
-    """A time with no zone of its own (a zip member's, Blackboard's attempt date) read in
-    ``zone``; None where there is no zone to read it in or it is no real time."""
-    if zone is None:
-        return None
-    try:
-        when = datetime(*value[:6]) if isinstance(value, tuple) else datetime.strptime(
-            value, "%Y-%m-%d-%H-%M-%S")
-        return parse_time(when.isoformat(), zone, what).timestamp()
-    except (CourseError, ValueError, TypeError):
-        return None
+def for_gradebook(path: Path | None, db_url: str, required: bool = False) -> Deadlines | None:
+    """``load``, with each extension given to the student of the gradebook it names."""
+    from grader.deadlines_check import people
 
-
-# What nbgrader's submit writes: a whole date and time in UTC. nbgrader's own parser
-# (dateutil) fills a missing year, month or day from today's date, so that "2026-11 03:03"
-# reads as another time on another day, and reads "+02:00" as a POSIX zone (UTC-2): we read
-# only this form.
-NBGRADER_STAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})"
-                            r"(?::(\d{2})(?:\.(\d{1,9}))?)?(?: ?(?:UTC|GMT|Z))?")
-
-
-def nbgrader_timestamp(text: str) -> float | None:
-    """nbgrader's ``timestamp.txt`` (``2025-03-10 22:59:00.123456 UTC``) as seconds since the
-    epoch; None for anything else (a date without its day, an offset, a 61st second)."""
-    found = NBGRADER_STAMP.fullmatch(text.strip()[:100])
-    if found is None:
-        return None
-    *fields, fraction = found.groups()
-    try:
-        when = datetime(*(int(f or 0) for f in fields), tzinfo=timezone.utc)
-    except ValueError:
-        return None
-    return when.timestamp() + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
-
-
-# ------------------------------------------------------------------ the table
-
-def _table():
-    from grader.ledger import METADATA
-
-    if "ctc_submission_time" in METADATA.tables:
-        return METADATA.tables["ctc_submission_time"]
-    return Table(
-        "ctc_submission_time", METADATA,
-        Column("lesson", String(64), primary_key=True),
-        Column("student_id", String(128), primary_key=True),
-        Column("submitted_at", Float, nullable=True),  # seconds since the epoch; None: unknown
-        Column("source", String(200), nullable=False, default=""),
-        Column("late_mark", Boolean, nullable=False, default=False),
-        Column("recorded_at", Float, nullable=False),
-    )
-
-
-TIMES = _table()
-
-
-def write_times(db_url: str, lesson: str, rows: dict[str, dict]) -> None:
-    """Store (replace) each student's submission time for ``lesson``."""
-    from grader.ledger import engine
-
-    TIMES.create(engine(db_url), checkfirst=True)
-    with engine(db_url).begin() as connection:
-        for student, row in rows.items():
-            connection.execute(TIMES.delete().where(
-                (TIMES.c.lesson == lesson) & (TIMES.c.student_id == student)))
-            connection.execute(TIMES.insert().values(
-                lesson=lesson, student_id=student, submitted_at=row.get("submitted_at"),
-                source=str(row.get("source", ""))[:200], late_mark=bool(row.get("late_mark")),
-                recorded_at=time.time()))
-
-
-def read_times(db_url: str) -> dict[tuple[str, str], dict]:
-    from grader.ledger import engine
-
-    TIMES.create(engine(db_url), checkfirst=True)
-    with engine(db_url).connect() as connection:
-        return {(row.lesson, row.student_id): {"submitted_at": row.submitted_at,
-                                               "source": row.source,
-                                               "late_mark": row.late_mark}
-                for row in connection.execute(select(TIMES))}
+    found = load(path, required)
+    if found is not None:
+        found.resolve(people(db_url))
+    return found

@@ -37,6 +37,7 @@ from celery import Celery
 
 from grader.autograde import Graded, Prepared, finish, not_graded, run_prepared
 from grader.execute import GradingError, Run, judge_again, verdict_from_replies
+from grader.faults import WAIT_SECONDS, Unavailable, describe, is_broker_error
 from grader.intake import text_safe
 from grader.lessons import Lesson
 from grader.probe import Check, Exercise, Failure, exercises, judge, unattempted
@@ -203,9 +204,10 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
     asks the live workers every few seconds what they hold and reads the queue; a submission in
     neither (its worker died) is sent again."""
     waiting: dict[str, Sent] = {}
+    broker = _Outage(app, log)
     for item in prepared:
         sent = Sent(item, payload_for(item, lesson, limits))
-        _send(app, lesson, sent, log)
+        broker.patiently(lambda sent=sent: _send(app, lesson, sent, log))
         waiting[sent.task_id] = sent
 
     def again(sent: Sent, why: str, given_up: Callable[[int], str]) -> None:
@@ -217,7 +219,7 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
             return
         log(f"{sent.prepared.student_id}: {why}; sending it again")
         sent.attempt += 1
-        _send(app, lesson, sent, log)
+        broker.patiently(lambda: _send(app, lesson, sent, log))
         waiting[sent.task_id] = sent
 
     def judged(future: Future, sent: Sent) -> Graded:
@@ -237,30 +239,102 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
                 time.sleep(0.3)
                 for future in [f for f in judging if f.done()]:
                     done(judged(future, judging.pop(future)))
-                for task, sent in list(waiting.items()):
-                    result = app.AsyncResult(task)
-                    if result.state == "SUCCESS":
-                        del waiting[task]
-                        judging[pool.submit(judge_result, sent.prepared, result.get(timeout=30),
-                                            lesson, partial, limits, use_sandbox)] = sent
-                    elif result.state == "FAILURE":  # the worker's process died under it, say
-                        failure = str(result.result)[:200]
-                        again(waiting.pop(task), f"a worker failed on it ({failure})",
-                              lambda n, failure=failure: f"it stopped a worker's process {n} "
-                                                         f"times ({failure}); not graded")
-                for started, accounted in watch.looks():
-                    for task in list(waiting):
-                        if waiting[task].sent_at >= started:  # sent after the look began
-                            continue
-                        missing[task] = 0 if task in accounted else missing.get(task, 0) + 1
-                        if (missing[task] < MISSED_LOOKS
-                                or app.AsyncResult(task).state == "SUCCESS"):
-                            continue
-                        app.control.revoke(task)
-                        again(waiting.pop(task), "the worker running it stopped answering",
-                              lambda n: f"its grading was lost with {n} workers; not graded")
+                if not broker.answers():
+                    continue  # the broker is away: wait for it (within a bound), then look
+                try:  # the broker may go away mid-look: the next turn waits for it
+                    if broker.recovered:  # what it held may be gone with it: send it again
+                        for task in list(waiting):
+                            if app.AsyncResult(task).state != "SUCCESS":
+                                sent = waiting.pop(task)
+                                broker.patiently(lambda sent=sent: _send(app, lesson, sent,
+                                                                         log))
+                                waiting[sent.task_id] = sent
+                                missing.pop(task, None)
+                        broker.recovered = False
+                    for task, sent in list(waiting.items()):
+                        result = app.AsyncResult(task)
+                        state = result.state
+                        if state == "SUCCESS":
+                            reply = result.get(timeout=30)
+                            del waiting[task]
+                            judging[pool.submit(judge_result, sent.prepared, reply, lesson,
+                                                partial, limits, use_sandbox)] = sent
+                        elif state == "FAILURE":  # the worker's process died under it, say
+                            failure = str(result.result)[:200]
+                            again(waiting.pop(task), f"a worker failed on it ({failure})",
+                                  lambda n, failure=failure: f"it stopped a worker's process {n} "
+                                                             f"times ({failure}); not graded")
+                    for started, accounted in watch.looks():
+                        for task in list(waiting):
+                            if waiting[task].sent_at >= started:  # sent after the look began
+                                continue
+                            missing[task] = 0 if task in accounted else missing.get(task, 0) + 1
+                            if (missing[task] < MISSED_LOOKS
+                                    or app.AsyncResult(task).state == "SUCCESS"):
+                                continue
+                            app.control.revoke(task)
+                            again(waiting.pop(task), "the worker running it stopped answering",
+                                  lambda n: f"its grading was lost with {n} workers; not graded")
+                except Exception as error:
+                    if not is_broker_error(error):
+                        raise
     finally:
         watch.stop()
+
+
+class _Outage:
+    """The broker's absences, as the coordinator meets them: each is waited out for up to
+    grader/faults.WAIT_SECONDS (a restarted Redis is back in seconds, and the workers wait
+    too), saying so once; a longer one stops the batch with ``Unavailable``. Results lost with
+    a broker that kept no data are found by the watch on the workers and sent again."""
+
+    def __init__(self, app: Celery, log: Callable[[str], None]):
+        self.app, self.log = app, log
+        self.since: float | None = None
+        self.recovered = False  # back after an absence, until the coordinator has looked
+        self.where = _broker_name(app)
+
+    def answers(self) -> bool:
+        """Whether the broker answers now; ``Unavailable`` once it has been away too long."""
+        try:
+            self.app.backend.client.ping()
+        except Exception as error:
+            if not is_broker_error(error):
+                raise
+            now = time.monotonic()
+            if self.since is None:
+                self.since = now
+                self.log(f"the broker ({self.where}) is not answering ({describe(error)}); "
+                         f"waiting for it for up to {WAIT_SECONDS:.0f} s")
+            elif now - self.since > WAIT_SECONDS:
+                raise Unavailable(f"the broker ({self.where})", describe(error)) from error
+            time.sleep(1.0)
+            return False
+        if self.since is not None:
+            self.log(f"the broker ({self.where}) answers again")
+            self.since, self.recovered = None, True
+        return True
+
+    def patiently(self, action: Callable[[], object]) -> None:
+        """``action()`` (a call to the broker), waiting out an absence of the broker."""
+        while True:
+            try:
+                action()
+                return
+            except Exception as error:
+                if not is_broker_error(error):
+                    raise
+                self.answers()  # waits, or raises Unavailable
+
+
+def _broker_name(app: Celery) -> str:
+    """The broker's address without a password."""
+    try:
+        from kombu.utils.url import maybe_sanitize_url
+
+        return maybe_sanitize_url(app.conf.broker_url)
+    except Exception:
+        return "Redis"
 
 
 class _Watch(threading.Thread):

@@ -432,7 +432,10 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
     _check_folders(course, exchange, *(["feedback"] if os.path.lexists(
         exchange.course_path / "feedback") else []))
     feedback = course.root / "feedback"
-    pages = sorted(feedback.glob(f"*/{lesson.name}/{lesson.notebook.stem}.html"))
+    pages = [p for p in course.current_feedback(lesson)  # none older than its grades
+             if p.name == f"{lesson.notebook.stem}.html"]
+    withdrawn = _withdraw_released(course, lesson, exchange, {p.parent.parent.name
+                                                              for p in pages})
     secrets: dict[str, tuple[str, str]] = {}
     without = []
     for page in pages:
@@ -462,6 +465,10 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
         if done.returncode != 0:
             raise CourseError(f"nbgrader release_feedback {lesson.name} failed:\n"
                               + inert(_tail(done.stderr + done.stdout), 3000))
+    if withdrawn:
+        course.log(f"withdrew from the exchange the feedback released earlier to "
+                   f"{len(withdrawn)} student(s) whose grades changed and who have no page "
+                   f"now: {inert(', '.join(withdrawn), 200)}")
     course.log(f"released the feedback of {len(released)} student(s) to "
                f"{exchange.course_path / 'feedback'}: they see it with Fetch Feedback in the "
                "Assignment List"
@@ -472,6 +479,31 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
                   f"copied submission folder: look at them): {inert(', '.join(shared), 200)}"
                   if shared else ""))
     return len(released)
+
+
+def _withdraw_released(course, lesson: Lesson, exchange: Exchange,
+                       current: set[str]) -> list[str]:
+    """Remove from the exchange the page released earlier to each student who has no current
+    page (their grades changed, and no page shows the new ones: grader/feedback.py), so that
+    their Fetch Feedback cannot fetch a page older than their grades. The secret that named
+    it was kept beside the withdrawn page for this."""
+    from nbgrader.utils import notebook_hash
+
+    withdrawn = []
+    for kept in sorted((course.root / "feedback").glob(f"*/{lesson.name}/{SECRET}")):
+        student = kept.parent.parent.name
+        if student in current:
+            continue
+        secret = _secret(_read_small(kept, 1024))
+        released = exchange.course_path / "feedback" / (
+            f"{notebook_hash(secret=secret, notebook_id=lesson.notebook.stem)}.html") \
+            if secret else None
+        if released is not None and released.is_file():
+            released.unlink()
+            withdrawn.append(student)
+        for name in (SECRET, STAMP):
+            (kept.parent / name).unlink(missing_ok=True)
+    return withdrawn
 
 
 def copy_exchange_files(source_folder: Path, target_folder: Path) -> None:

@@ -43,6 +43,7 @@ import yaml
 
 from grader.intake import (
     IGNORED,
+    MAX_METADATA_BYTES,
     MAX_NOTEBOOK_BYTES,
     display_name,
     find_notebook,
@@ -56,7 +57,6 @@ LAYOUTS = ("folders", "nbgrader", "canvas", "moodle", "blackboard", "gradescope"
 LABELS = {"folders": "student folders", "nbgrader": "nbgrader's collect layout",
           "canvas": "a Canvas download", "moodle": "a Moodle download",
           "blackboard": "a Blackboard Learn download", "gradescope": "a Gradescope export"}
-MAX_METADATA_BYTES = 20 * 2**20  # Gradescope's submission_metadata.yml
 MAX_SUBMITTERS = 50  # students of one Gradescope (group) submission
 MAX_ENTRIES = 100_000  # (submission, student) pairs of one Gradescope export
 
@@ -92,9 +92,11 @@ MAX_WRAPPERS = 3  # folders around a download that are stepped into
 
 
 def _canvas_name_ok(name: str) -> bool:
-    """Whether Canvas could have written ``name`` before the ids: it removes every character
-    that is not a letter, mark, digit or "_", and makes "_<digits>_" plain digits."""
-    return not re.search(r"_\d+_", name) and all(
+    """Whether Canvas could have written ``name`` before the ids (lib/content_zipper.rb,
+    ``sanitize_user_name`` and ``sanitize_file_name``): it lowercases the sortable name, removes
+    every character that is not a letter, mark, digit or "_", and makes "_<digits>_" plain
+    digits. So "LATE", Canvas's own mark, is never part of a name."""
+    return not re.search(r"_\d+_", name) and name == name.lower() and all(
         char == "_" or unicodedata.category(char)[0] in "LMN" for char in name)
 
 
@@ -129,12 +131,13 @@ class Handin:
     submitted_at: float | None = None  # seconds since the epoch, where the layout says
     time_source: str = ""  # where submitted_at came from
     local_time: str = ""  # a time with no zone (Blackboard's attempt date), for the course's
+    lms_file_id: str = ""  # Canvas: the attachment id of the file graded (its feedback's name)
 
     def record(self, layout: str) -> dict[str, object]:
         """What the ledger keeps of it (JSON)."""
         return {"from": layout, "name": self.name, "late": self.late, "email": self.email,
                 "download_name": self.download_name, "remarks": self.remarks,
-                "lms_id": self.lms_id}
+                "lms_id": self.lms_id, "file_id": self.lms_file_id}
 
 
 @dataclass
@@ -562,6 +565,8 @@ def _from_files(handin: Handin, files: list[Entry], notebook_name: str, layout: 
         handin.reasons.append(f"no notebook {notebook_name} in the submission ({what})")
         return
     handin.notebook, handin.late = chosen.path, chosen.late
+    if layout == "canvas" and chosen.order and chosen.order[0] > 0:
+        handin.lms_file_id = str(chosen.order[0])
     if chosen.doubt:
         handin.reasons.append(chosen.doubt)
     if len(pool) > 1:

@@ -18,11 +18,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.faults import Unavailable, describe, is_disk_error
 from grader.lessons import CourseError
 
 MAX_ZIP_BYTES = 2 * 2**30  # unpacked size of an LMS zip we accept
 MAX_ZIP_MEMBERS = 50_000
 MAX_NOTEBOOK_BYTES = 50 * 2**20
+MAX_METADATA_BYTES = 20 * 2**20  # an LMS's own file beside the notebooks (Gradescope's YAML)
+# What intake reads of a zip: notebooks, and the small text files an LMS or nbgrader writes
+# (Gradescope's YAML, Blackboard's attempt .txt, nbgrader's timestamp.txt, JSON). Any other
+# member is received by name only, as an empty file: its name still counts (a layout is known
+# by its names; a student is told what was ignored), its bytes never touch the disk.
+READ_SUFFIXES = {".ipynb": MAX_NOTEBOOK_BYTES, ".txt": MAX_METADATA_BYTES,
+                 ".yml": MAX_METADATA_BYTES, ".yaml": MAX_METADATA_BYTES,
+                 ".json": MAX_METADATA_BYTES}
 MAX_DEPTH = 8  # folders below a student's folder that we look into
 MAX_NAME_BYTES = 255  # one path component, as Linux file systems allow
 MAX_PATH_BYTES = 1024
@@ -85,7 +94,6 @@ class Received:
     root: Path
     refused_members: list[tuple[list[str], str]] = field(default_factory=list)  # zip: path, why
     notes: list[str] = field(default_factory=list)  # about the whole batch
-    member_times: dict[str, tuple] = field(default_factory=dict)  # zip: path -> its date_time
 
 
 def find_notebook(folder: Path, expected: str) -> tuple[Path | None, str]:
@@ -149,9 +157,9 @@ def unpack_zip(archive_path: Path, into: Path,
         if len(members) > MAX_ZIP_MEMBERS:
             raise CourseError(f"{display_name(str(archive_path))} has {len(members)} members, "
                               f"more than {MAX_ZIP_MEMBERS}; refusing")
-        if sum(m.file_size for m in members) > MAX_ZIP_BYTES:
+        if sum(m.file_size for m in members if _limit(m.filename)) > MAX_ZIP_BYTES:
             raise CourseError(f"{display_name(str(archive_path))} unpacks to more than "
-                              f"{MAX_ZIP_BYTES // 2**30} GiB; refusing")
+                              f"{MAX_ZIP_BYTES // 2**30} GiB of notebooks; refusing")
         ignored = 0
         for member in members:
             parts = [p for p in member.filename.replace("\\", "/").split("/") if p not in ("", ".")]
@@ -161,10 +169,13 @@ def unpack_zip(archive_path: Path, into: Path,
                 continue
             problem = _member_problem(member, parts)
             target = into.joinpath(*parts) if problem is None else None
-            if target is not None and not member.is_dir():
-                problem = _extract(archive, member, target)
-                if problem is None:  # a zip's time has no zone: read later in the course's
-                    received.member_times[str(target)] = member.date_time
+            limit = _limit(member.filename)
+            if target is not None and not member.is_dir() and limit is None:
+                problem = _placeholder(target)  # not read: its name only
+            elif target is not None and not member.is_dir():
+                problem = (f"larger than the {limit // 2**20} MiB such a file may be; not "
+                           "unpacked" if member.file_size > limit
+                           else _extract(archive, member, target))
             elif target is not None:
                 problem = _make_folder(target)
             if problem is not None:
@@ -196,6 +207,28 @@ def _member_problem(member: zipfile.ZipInfo, parts: list[str]) -> str | None:
     return None
 
 
+def _limit(name: str) -> int | None:
+    """The most bytes a member of this name may unpack to; None for a member not read."""
+    return READ_SUFFIXES.get(os.path.splitext(name.rstrip("/"))[1].lower())
+
+
+def _placeholder(target: Path) -> str | None:
+    """An empty file in the member's place."""
+    problem = _make_folder(target.parent)
+    if problem is not None:
+        return problem
+    try:
+        with open(target, "xb"):
+            pass
+    except FileExistsError:
+        return "a file or folder of the same name is already there"
+    except IsADirectoryError:
+        return "a folder of the same name is already there"
+    except OSError as error:
+        return error.strerror or type(error).__name__
+    return None
+
+
 def _make_folder(target: Path) -> str | None:
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -222,11 +255,19 @@ def _extract(archive: zipfile.ZipFile, member: zipfile.ZipInfo, target: Path) ->
         return "a file or folder of the same name is already there"
     except IsADirectoryError:
         return "a folder of the same name is already there"
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, RuntimeError) as error:
+    except OSError as error:
         with contextlib.suppress(OSError):
             target.unlink()
-        return str(error) if isinstance(error, ValueError) else (
-            getattr(error, "strerror", None) or type(error).__name__)
+        if is_disk_error(error):  # our disk: stop the intake, it is not this member's fault
+            raise Unavailable(f"the disk holding {target.parent} cannot be written",
+                              describe(error)) from error
+        return error.strerror or type(error).__name__
+    except Exception as error:  # a damaged stream (zlib.error, LZMAError, CRC), a method
+        with contextlib.suppress(OSError):  # zipfile cannot read, a lying header: this
+            target.unlink()                 # member alone is refused
+        if isinstance(error, ValueError) and "header says" in str(error):
+            return str(error)
+        return f"it cannot be unpacked ({type(error).__name__}: {inert(str(error), 120)})"
     return None
 
 

@@ -33,7 +33,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 METADATA = MetaData()
 STATUS = Table(
@@ -64,25 +64,43 @@ REVIEW_LOG = Table(
 
 @cache
 def engine(db_url: str) -> Engine:
+    """The database's engine, the course's tables created where missing. Two graders that
+    create them at the same instant on PostgreSQL collide in its catalogue (a duplicate key of
+    pg_type): the loser finds them made on its next try."""
     made = create_engine(db_url, pool_pre_ping=True)
-    METADATA.create_all(made)
+    for attempt in range(5):
+        try:
+            METADATA.create_all(made)
+            return made
+        except (IntegrityError, ProgrammingError):
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
     return made
 
 
+def write_in(connection, lesson: str, rows: Iterable[dict]) -> None:
+    """Store (replace) the status of each student in ``rows`` for ``lesson`` through
+    ``connection`` (a SQLAlchemy connection or session), inside the caller's transaction: the
+    grader writes a submission's grades and its row here together, or neither."""
+    for row in rows:
+        connection.execute(STATUS.delete().where(
+            (STATUS.c.lesson == lesson) & (STATUS.c.student_id == row["student_id"])))
+        connection.execute(STATUS.insert().values(
+            lesson=lesson, student_id=row["student_id"], status=row["status"],
+            reason=row.get("reason", ""),
+            details=json.dumps(row.get("details", {}), sort_keys=True),
+            notebook_sha256=row.get("notebook_sha256", ""), graded_at=time.time()))
+
+
 def write(db_url: str, lesson: str, rows: Iterable[dict]) -> None:
-    """Store (replace) the status of each student in ``rows`` for ``lesson``."""
+    """Store (replace) the status of each student in ``rows`` for ``lesson``, in a
+    transaction of its own."""
     rows = list(rows)
     for attempt in range(5):  # another grader may hold the database for a moment
         try:
             with engine(db_url).begin() as connection:
-                for row in rows:
-                    connection.execute(STATUS.delete().where(
-                        (STATUS.c.lesson == lesson) & (STATUS.c.student_id == row["student_id"])))
-                    connection.execute(STATUS.insert().values(
-                        lesson=lesson, student_id=row["student_id"], status=row["status"],
-                        reason=row.get("reason", ""),
-                        details=json.dumps(row.get("details", {}), sort_keys=True),
-                        notebook_sha256=row.get("notebook_sha256", ""), graded_at=time.time()))
+                write_in(connection, lesson, rows)
             return
         except (IntegrityError, OperationalError):
             if attempt == 4:
@@ -104,19 +122,25 @@ def read(db_url: str, lesson: str | None = None) -> dict[str, dict[str, dict]]:
     return found
 
 
+def log_in(connection, rows: Iterable[dict]) -> None:
+    """Append decisions to the review log through ``connection``, in the caller's
+    transaction."""
+    for row in rows:
+        connection.execute(REVIEW_LOG.insert().values(
+            lesson=row["lesson"], student_id=row["student_id"],
+            action=row["action"], exercise=row.get("exercise", ""),
+            points=row.get("points"), computed=row.get("computed"),
+            note=row.get("note", ""), by=row["by"], at=row.get("at", time.time()),
+            notebook_sha256=row.get("notebook_sha256", "")))
+
+
 def log_decisions(db_url: str, rows: Iterable[dict]) -> None:
     """Append decisions to the review log, all or none."""
     rows = list(rows)
     for attempt in range(5):
         try:
             with engine(db_url).begin() as connection:
-                for row in rows:
-                    connection.execute(REVIEW_LOG.insert().values(
-                        lesson=row["lesson"], student_id=row["student_id"],
-                        action=row["action"], exercise=row.get("exercise", ""),
-                        points=row.get("points"), computed=row.get("computed"),
-                        note=row.get("note", ""), by=row["by"], at=row.get("at", time.time()),
-                        notebook_sha256=row.get("notebook_sha256", "")))
+                log_in(connection, rows)
             return
         except OperationalError:  # SQLite busy: another grader is writing
             if attempt == 4:

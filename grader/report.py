@@ -6,6 +6,7 @@ import csv
 from collections import Counter
 from pathlib import Path
 
+from grader.cells import display as _safe
 from grader.course import Course
 from grader.intake import inert
 from grader.lessons import CourseError, Lesson
@@ -27,7 +28,7 @@ def report(course: Course, lesson: Lesson) -> Path:
             exercises.setdefault(name, []).append(result["points"] == result["max_points"])
     lines = [f"{lesson.name}: {len(rows)} submission(s)", "",
              f"{'exercise':<28} {'passed':>8} {'of':>4} {'rate':>7}"]
-    with (folder / "pass_rates.csv").open("w", newline="") as handle:
+    with (folder / "pass_rates.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["exercise", "passed", "graded", "pass_rate"])
         for name, passes in exercises.items():
@@ -40,7 +41,7 @@ def report(course: Course, lesson: Lesson) -> Path:
     # Every submission the grader flagged, settled by a review decision or still open.
     flagged = [(r["student_id"], r["computed_status"], r["reason"], r.get("review") or "open")
                for r in rows if r["computed_status"] != "graded"]
-    with (folder / "flagged.csv").open("w", newline="") as handle:
+    with (folder / "flagged.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student_id", "status", "reason", "review"])
         for student, status, reason, decided in flagged:
@@ -58,7 +59,7 @@ def report(course: Course, lesson: Lesson) -> Path:
 
     # What the download said of each hand-in: who, from where, the LMS's late mark, and which
     # attempt was graded or what was ignored beside the notebook.
-    with (folder / "handins.csv").open("w", newline="") as handle:
+    with (folder / "handins.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student_id", "name", "from", "late", "status", "score", "remarks"])
         for row in sorted(rows, key=lambda r: str(r["student_id"])):
@@ -68,8 +69,7 @@ def report(course: Course, lesson: Lesson) -> Path:
                              _safe("; ".join(row.get("remarks", [])))])
     late = [r for r in rows if r.get("late")]
     lines += ["", f"marked late by the LMS: {len(late)}"]
-    lines += [f"  {r['student_id']}" + (f" ({r['name']})" if r.get("name") else "")
-              for r in late]
+    lines += [f"  {_who(r)}" for r in late]
 
     lines += ["", *_late(course, rows, folder / "late.csv")]
 
@@ -86,7 +86,7 @@ def _per_exercise(rows: list[dict], graded: dict[str, dict], path: Path) -> list
     check that failed most often with its most common message (hidden checks are counted,
     never named). Written to ``path``; returns the lines to print."""
     lines = [f"{'exercise':<26} {'mean':>6} {'of':>4}  scores (points: submissions)"]
-    with path.open("w", newline="") as handle:
+    with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["exercise", "max_points", "submissions", "mean", "distribution",
                          "full_marks", "most_failed_check", "failed", "most_common_message",
@@ -127,7 +127,7 @@ def _late(course: Course, rows: list[dict], path: Path) -> list[str]:
     """The late policy per submission: when it was handed in and how that is known, the due
     time (after any extension), the score before and after the penalty. Returns the lines to
     print; those with no known time are named (they pay no penalty)."""
-    with path.open("w", newline="") as handle:
+    with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student_id", "submitted_at", "time_source", "due", "raw_score",
                          "late_penalty", "final_score", "note"])
@@ -141,20 +141,22 @@ def _late(course: Course, rows: list[dict], path: Path) -> list[str]:
         return [f"late policy: none (no deadlines file {course.deadlines_file})"]
     penalised = [r for r in rows if r.get("late_penalty")]
     unknown = [r for r in rows if r.get("due") and not r.get("submitted_at")
-               and "LATE" not in str(r.get("time_source", ""))]
+               and not r.get("late_penalty")]
     lines = [f"late policy: {len(penalised)} submission(s) penalised"]
-    lines += [f"  {inert(r['student_id'], 120)}: {inert(r.get('late_note', ''))}; "
+    lines += [f"  {_who(r)}: {inert(r.get('late_note', ''))}; "
               f"{float(r['raw_score']):g} - {float(r['late_penalty']):g} = {float(r['score']):g}"
               f" ({inert(r.get('time_source', ''))})" for r in penalised]
     lines.append(f"no submission time known, so no penalty: {len(unknown)}"
                  + (" (" + inert(", ".join(sorted(str(r["student_id"]) for r in unknown)), 400)
                     + ")" if unknown else ""))
+    why = Counter(f"{r.get('time_source', '')}: {r.get('late_note', '')}" for r in unknown)
+    lines += [f"  {n}: {inert(text, 300)}" for text, n in why.most_common()]
     return lines
 
 
-def _safe(text: str) -> str:
-    text = inert(text, 1000)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+def _who(row: dict) -> str:
+    return inert(row["student_id"], 120) + (f" ({inert(row['name'], 120)})"
+                                            if row.get("name") else "")
 
 
 def _histogram(scores: list[float], max_score: float, lesson: Lesson, path: Path) -> None:

@@ -4,7 +4,8 @@ Every decision is a row of the review log (``ctc_review_log``, beside nbgrader's
 grader/ledger.py), with who made it and when, never changed afterwards. What is in force for a
 student is what replaying their rows in order gives:
 
-- ``accept``: the computed score stands; the flag is resolved.
+- ``accept``: the computed score stands; the flag is resolved. ``accept_all`` accepts every
+  open flag of a lesson whose every reason is the one expected (a notebook the browser renamed).
 - ``set`` EXERCISE: that exercise scores the points given. Written into nbgrader's gradebook as
   the grade's ``manual_score`` (nbgrader's own field for a human's score, which its totals,
   formgrader and ``nbgrader export`` read); the grader's ``auto_score`` is kept beside it.
@@ -27,6 +28,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -208,26 +210,37 @@ def apply(course, lesson: str, student_id: str, state: State) -> None:
         gb.db.commit()
 
 
-def after_grading(course, lesson: str, student_id: str, notebook_sha256: str,
-                  discard: bool, by: str | None = None) -> None:
-    """Called once a student's new grades are stored: keep the decisions in force (written
-    into the gradebook again), or discard them, with a row in the log saying who did."""
-    state = state_of(course.db_url, lesson, student_id)
-    if not state.in_force:
-        return
-    if discard:
-        ledger.log_decisions(course.db_url, [{
-            "lesson": lesson, "student_id": student_id, "action": "discard", "by": who(by),
-            "note": "", "notebook_sha256": notebook_sha256}])
-        course.log(f"  {inert(student_id, 120)}: review decisions discarded "
-                   "(--discard-overrides)")
-        return
-    apply(course, lesson, student_id, state)
-    older = {d.notebook_sha256 for d in state.in_force} - {notebook_sha256, ""}
-    course.log(f"  {inert(student_id, 120)}: kept review decisions ({state.summary()})"
-               + ("; they were made on another notebook than this one" if older and
-                  notebook_sha256 else "")
-               + "; --discard-overrides drops them")
+def log_and_apply(course, lesson: str, student_id: str, decisions: list[dict]) -> State:
+    """Log ``decisions`` and write the scores they leave in force into the gradebook, in one
+    transaction (a kill between the two would leave a logged decision the grades do not
+    show); the feedback page made before them is withdrawn. The state in force, returned."""
+    from nbgrader.api import MissingEntry
+
+    from grader.feedback import withdraw
+    from grader.lessons import load_lesson
+
+    now = time.time()
+    rows = [{**d, "at": d.get("at", now), "exercise": d.get("exercise", ""),
+             "points": d.get("points"), "computed": d.get("computed"),
+             "note": d.get("note", ""), "notebook_sha256": d.get("notebook_sha256", "")}
+            for d in decisions]
+    state = replay(ledger.read_decisions(course.db_url, lesson, student_id) + rows).get(
+        (lesson, student_id), State())
+    ledger.engine(course.db_url)
+    with course.gradebook() as gb:
+        ledger.log_in(gb.db, rows)
+        try:
+            submission = gb.find_submission(lesson, student_id)
+        except MissingEntry:
+            submission = None
+        for notebook in submission.notebooks if submission is not None else []:
+            for grade in notebook.grades:
+                decision = state.overrides.get(grade.name.removeprefix("test-"))
+                grade.manual_score = None if decision is None else min(
+                    float(decision.points), float(grade.max_score))
+        gb.db.commit()
+    withdraw(course, load_lesson(lesson), {student_id})
+    return state
 
 
 # ------------------------------------------------------------------ the command
@@ -315,9 +328,7 @@ def decide(course, lesson: Lesson, student_id: str, sets: list[str], total: str 
         decisions.append({**base, "action": "note", "note": note})
     elif note and not any(d["note"] for d in decisions):
         decisions.append({**base, "action": "note", "note": note})
-    ledger.log_decisions(course.db_url, decisions)
-    state = state_of(course.db_url, lesson.name, student_id)
-    apply(course, lesson.name, student_id, state)
+    state = log_and_apply(course, lesson.name, student_id, decisions)
     for decision in state.history[-len(decisions):]:
         course.log(f"{inert(student_id, 120)}: {decision.line()}")
     show(course, lesson, student_id, history=False)
@@ -329,7 +340,9 @@ def show(course, lesson: Lesson, student_id: str, history: bool = True) -> None:
     row = next((r for r in course.grades()
                 if r["lesson"] == lesson.name and r["student_id"] == student_id), None)
     state = state_of(course.db_url, lesson.name, student_id)
-    lines = [f"{inert(student_id, 120)}, {lesson.name}: "
+    name = (row or {}).get("name") or (record.get("handin") or {}).get("name", "")
+    lines = [f"{inert(student_id, 120)}" + (f" ({inert(name, 120)})" if name else "")
+             + f", {lesson.name}: "
              + (f"{row['status']} (the grader said {row['computed_status']})"
                 if row and row["status"] != row["computed_status"]
                 else str(record.get("status")))]
@@ -347,6 +360,7 @@ def show(course, lesson: Lesson, student_id: str, history: bool = True) -> None:
             mark = "  (set)" if name in state.overrides else ""
             lines.append(f"  {name:<26} {_num(result['score']):>6} {_num(result['max_score']):>4}"
                          f" {_num(result['computed']):>9}  {passed}{mark}")
+        lines += late_lines(row, "  ")
     shown = state.history if history else state.in_force
     if shown:
         lines.append("  review log:" if history else "  decisions in force:")
@@ -369,16 +383,85 @@ def flagged(course, lesson: Lesson) -> None:
     for row in sorted(listed, key=lambda r: (r["status"] == "graded", str(r["student_id"]))):
         state = found.get((lesson.name, str(row["student_id"])), State())
         decided = state.summary() or "open"
-        lines.append(f"  {inert(row['student_id'], 120):<20} {row['computed_status']:<13} "
+        who = inert(row["student_id"], 120) + (f" ({inert(row['name'], 60)})"
+                                               if row.get("name") else "")
+        lines.append(f"  {who:<20} {row['computed_status']:<13} "
                      f"{_num(row['score']):>5} of {_num(row['max_score'])}  [{decided}]")
         if row.get("reason"):
             lines.append(f"      why: {inert(row['reason'], 1000)}")
+        lines += late_lines(row, "      ")
         lines += [f"      {d.line()}" for d in state.in_force]
     lines += ["", f"decide: python -m grader review {lesson.name} STUDENT --accept "
               "[--note TEXT]", f"        python -m grader review {lesson.name} STUDENT "
               '--set EXERCISE=POINTS --note "why"',
-              f"        python -m grader review {lesson.name} STUDENT --regrade"]
+              f"        python -m grader review {lesson.name} STUDENT --regrade",
+              f'        python -m grader review {lesson.name} --accept-all --reason "TEXT"'
+              "   (every open flag whose every reason contains TEXT)"]
     course.log("\n".join(lines))
+
+
+def late_lines(row: dict | None, indent: str) -> list[str]:
+    """What the late policy did to a grade row (grader/deadlines.py), in a line; none where
+    it did nothing worth a look."""
+    if not row or not row.get("late_note"):
+        return []
+    note = inert(row["late_note"], 300)
+    if row.get("late_penalty"):
+        return [f"{indent}late: {note}; {_num(float(row['raw_score']))} - "
+                f"{_num(float(row['late_penalty']))} = {_num(float(row['score']))} "
+                f"({inert(row.get('time_source', ''), 200)})"]
+    if row.get("late") or "late" in str(row["late_note"]):
+        return [f"{indent}late: {note} ({inert(row.get('time_source', ''), 200)})"]
+    return []
+
+
+def accept_all(course, lesson: Lesson, reason: str, note: str | None, by: str | None) -> int:
+    """Accept the computed score of every open ``needs_review`` flag of ``lesson`` whose every
+    reason contains ``reason`` (case aside): the expected flags of a batch, such as a notebook
+    the browser saved as ``float_formats (1).ipynb``. A flag with another reason besides stays
+    open, and so does an ``invalid`` one (it has no score to accept). Returns how many."""
+    wanted = " ".join(reason.split()).casefold()
+    note = inert((note or "").strip(), MAX_NOTE_CHARS * 2)
+    if len(note) > MAX_NOTE_CHARS:
+        raise CourseError(f"--note is {len(note)} characters long: at most {MAX_NOTE_CHARS}")
+    rows = [r for r in course.grades() if r["lesson"] == lesson.name
+            and r["computed_status"] != "graded" and r["status"] != "graded"]
+    records = course.statuses(lesson.name).get(lesson.name, {})
+    accepted, mixed = [], []
+    for row in sorted(rows, key=lambda r: str(r["student_id"])):
+        parts = [p for p in str(row.get("reason", "")).split("; ") if p.strip()]
+        matching = [p for p in parts if wanted in " ".join(p.split()).casefold()]
+        if not matching:
+            continue
+        if len(matching) < len(parts) or row["computed_status"] != "needs_review":
+            mixed.append(row)
+        else:
+            accepted.append(row)
+    if not accepted:
+        shown = sorted({p for r in rows for p in str(r.get("reason", "")).split("; ") if p})
+        raise CourseError(f"no open needs_review flag of {lesson.name} has only reasons that "
+                          f"contain {inert(reason, 100)!r}"
+                          + (f"; {len(mixed)} have it beside another reason, or are invalid"
+                             if mixed else "")
+                          + (": the open reasons are: " + inert("; ".join(shown[:10]), 1000)
+                             if shown else ": nothing is open"))
+    name = who(by)
+    ledger.log_decisions(course.db_url, [{
+        "lesson": lesson.name, "student_id": str(row["student_id"]), "action": "accept",
+        "by": name, "note": note,
+        "notebook_sha256": records.get(str(row["student_id"]), {}).get("notebook_sha256", "")}
+        for row in accepted])
+
+    def listed(found: list[dict]) -> str:
+        return inert(", ".join(str(r["student_id"]) + (f" ({r['name']})" if r.get("name") else "")
+                               for r in found), 2000)
+
+    course.log(f"{lesson.name}: accepted the computed score of {len(accepted)} flagged "
+               f"submission(s) whose every reason contains {inert(reason, 100)!r}, as {name}: "
+               + listed(accepted)
+               + (f"\nleft open, another reason besides (or invalid): {listed(mixed)}"
+                  if mixed else ""))
+    return len(accepted)
 
 
 def regrade(course, lesson: Lesson, student_id: str, by: str | None, discard: bool,

@@ -52,6 +52,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
+from grader.cells import display
 from grader.intake import inert
 from grader.lessons import CourseError, Lesson
 
@@ -160,16 +161,18 @@ def answer_cells(path: Path) -> dict[str, str]:
 
 def load(notebooks: dict[str, Path], starter: Path, ignore_common: int,
          ) -> tuple[list[Submission], dict[str, set[int]], str]:
-    """Fingerprint every submission; drop the starter code's fingerprints and those found in
-    more than ``ignore_common`` submissions (0: none dropped). Returns the submissions, the
-    fingerprints dropped as common per exercise, and the starter notebook's SHA-256."""
+    """Fingerprint every submission's answer to each of the lesson's exercises (the starter
+    notebook's answer cells: a ``grade_id`` a student made up is no exercise, and is never
+    shown); drop the starter code's fingerprints and those found in more than
+    ``ignore_common`` submissions (0: none dropped). Returns the submissions, the fingerprints
+    dropped as common per exercise, and the starter notebook's SHA-256."""
     starter_code = answer_cells(starter)
     removed = {name: set(fingerprint(code).where) for name, code in starter_code.items()}
     submissions = []
     for student, path in sorted(notebooks.items()):
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         exercises = {name: fingerprint(code, removed.get(name, set()))
-                     for name, code in answer_cells(path).items()}
+                     for name, code in answer_cells(path).items() if name in starter_code}
         submissions.append(Submission(student, digest, exercises))
     common: dict[str, set[int]] = defaultdict(set)
     if ignore_common > 0:
@@ -268,17 +271,24 @@ def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
                 "ignore_common": ignore_common, "submissions": len(submissions),
                 "pairs": len(submissions) * (len(submissions) - 1) // 2,
                 "common": sum(len(v) for v in common.values()), "seconds": seconds}
-    _write_csv(folder / "similarity.csv", found, groups)
     by_student = {s.student_id: s for s in submissions}
-    _write_html(folder / "similarity.html", lesson, found, groups, by_student, settings)
+    names = {student: str((record.get("handin") or {}).get("name") or "")
+             for student, record in course.statuses(lesson.name).get(lesson.name, {}).items()}
+    _write_csv(folder / "similarity.csv", found, groups, names)
+    _write_html(folder / "similarity.html", lesson, found, groups, by_student, settings, names)
+
+    def who(student: str) -> str:
+        return inert(student, 60) + (f" ({inert(names[student], 60)})"
+                                     if names.get(student) else "")
+
     lines = [f"{lesson.name}: compared {settings['pairs']:,} pairs of {len(submissions)} "
              f"graded submissions in {seconds:.1f} s",
              f"  identical notebooks (same SHA-256): {len(groups)} group(s)"]
-    lines += [f"    {inert(', '.join(g), 400)}" for g in groups]
+    lines += [f"    {inert(', '.join(who(s) for s in g), 400)}" for g in groups]
     lines.append(f"  pairs at or above {threshold:.0%} similar (and {min_shared}+ shared "
                  f"fingerprints): {len(found)}")
-    lines += [f"    {inert(p.a, 60)} ~ {inert(p.b, 60)}: {p.similarity_a:.0%} / "
-              f"{p.similarity_b:.0%} ({p.shared} shared; {', '.join(p.exercises)})"
+    lines += [f"    {who(p.a)} ~ {who(p.b)}: {p.similarity_a:.0%} / "
+              f"{p.similarity_b:.0%} ({p.shared} shared; {inert(', '.join(p.exercises), 300)})"
               for p in found[:20]]
     if len(found) > 20:
         lines.append(f"    and {len(found) - 20} more (see similarity.csv)")
@@ -289,20 +299,21 @@ def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
     return folder / "similarity.html"
 
 
-def _write_csv(path: Path, pairs: list[Pair], groups: list[list[str]]) -> None:
-    from grader.report import _safe
-
-    with path.open("w", newline="") as handle:
+def _write_csv(path: Path, pairs: list[Pair], groups: list[list[str]],
+               names: dict[str, str]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student_a", "student_b", "similarity_a", "similarity_b",
-                         "shared_fingerprints", "identical", "exercises"])
+                         "shared_fingerprints", "identical", "exercises", "name_a", "name_b"])
         for group in groups:
             for a, b in itertools.combinations(group, 2):
-                writer.writerow([_safe(a), _safe(b), 1.0, 1.0, "", "yes", ""])
+                writer.writerow([display(a), display(b), 1.0, 1.0, "", "yes", "",
+                                 display(names.get(a, "")), display(names.get(b, ""))])
         for p in pairs:
-            writer.writerow([_safe(p.a), _safe(p.b), round(p.similarity_a, 3),
+            writer.writerow([display(p.a), display(p.b), round(p.similarity_a, 3),
                              round(p.similarity_b, 3), p.shared, "",
-                             _safe(" ".join(p.exercises))])
+                             display(" ".join(p.exercises)), display(names.get(p.a, "")),
+                             display(names.get(p.b, ""))])
 
 
 def highlighted(exercise: Exercise, other: Exercise) -> str:
@@ -346,8 +357,16 @@ mark {{ background: #ffd27f; }}
 
 
 def _write_html(path: Path, lesson: Lesson, pairs: list[Pair], groups: list[list[str]],
-                by_student: dict[str, Submission], settings: dict) -> None:
-    e = html.escape
+                by_student: dict[str, Submission], settings: dict,
+                names: dict[str, str] | None = None) -> None:
+    names = names or {}
+
+    def e(text: str) -> str:
+        return html.escape(inert(text, 1000))
+
+    def who(student: str) -> str:
+        return e(student) + (f" ({e(names[student])})" if names.get(student) else "")
+
     parts = [f"<h1>{e(lesson.name)}: similar submissions</h1>",
              "<p class='hint'><strong>A hint for a human, not a finding.</strong> The exercises "
              "are short functions with few correct forms, so honest students often write the "
@@ -361,19 +380,21 @@ def _write_html(path: Path, lesson: Lesson, pairs: list[Pair], groups: list[list
              f"fingerprints.</p>",
              f"<h2>Identical notebooks (same SHA-256): {len(groups)}</h2>"]
     if groups:
-        parts.append("<ul>" + "".join(f"<li>{e(', '.join(g))}</li>" for g in groups) + "</ul>")
+        parts.append("<ul>" + "".join(f"<li>{', '.join(who(s) for s in g)}</li>"
+                                      for g in groups) + "</ul>")
     parts.append(f"<h2>Similar pairs: {len(pairs)}</h2>")
     if len(pairs) > MAX_HTML_PAIRS:
         parts.append(f"<p>The first {MAX_HTML_PAIRS} are shown; similarity.csv lists all.</p>")
     for number, pair in enumerate(pairs[:MAX_HTML_PAIRS], 1):
         a, b = by_student[pair.a], by_student[pair.b]
-        parts.append(f"<h3 id='pair-{number}'>{number}. {e(pair.a)} ({pair.similarity_a:.0%})"
-                     f" and {e(pair.b)} ({pair.similarity_b:.0%}): {pair.shared} shared "
+        parts.append(f"<h3 id='pair-{number}'>{number}. {who(pair.a)} "
+                     f"({pair.similarity_a:.0%}) and {who(pair.b)} ({pair.similarity_b:.0%}): "
+                     f"{pair.shared} shared "
                      "fingerprints</h3>")
         for name in pair.exercises:
             left, right = a.exercises[name], b.exercises[name]
-            parts.append(f"<h4>{e(name)}</h4><table class='pair'><tr><th>{e(pair.a)}</th>"
-                         f"<th>{e(pair.b)}</th></tr><tr><td><pre>{highlighted(left, right)}"
+            parts.append(f"<h4>{e(name)}</h4><table class='pair'><tr><th>{who(pair.a)}</th>"
+                         f"<th>{who(pair.b)}</th></tr><tr><td><pre>{highlighted(left, right)}"
                          f"</pre></td><td><pre>{highlighted(right, left)}</pre></td></tr>"
                          "</table>")
     path.write_text(PAGE.format(title=e(f"{lesson.name}: similar submissions"),

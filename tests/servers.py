@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -39,10 +40,26 @@ def _as_postgres(argv: list[str]) -> list[str]:
     return [shutil.which("runuser") or "/sbin/runuser", "-u", "postgres", "--", *argv]
 
 
+@dataclass
+class Server:
+    """A server the tests started: its URL (PostgreSQL's with ``{db}`` for the database) and
+    the commands that stop and start it again on the same port, with the same data."""
+
+    url: str
+    stop_command: list[str]
+    start_command: list[str]
+
+    def stop(self) -> None:
+        subprocess.run(self.stop_command, check=True, capture_output=True, cwd="/")
+
+    def start(self) -> None:
+        subprocess.run(self.start_command, check=True, capture_output=True, cwd="/")
+
+
 @contextlib.contextmanager
-def postgres() -> Iterator[str]:
-    """A PostgreSQL server on loopback; yields a URL template with ``{db}`` for the database.
-    Its folder is a temporary one of its own: pytest's are closed to the postgres user."""
+def postgres_server() -> Iterator[Server]:
+    """A PostgreSQL server on loopback. Its folder is a temporary one of its own: pytest's are
+    closed to the postgres user."""
     binaries = postgres_bin()
     if binaries is None:
         raise RuntimeError("PostgreSQL is not installed (Debian: apt-get install postgresql)")
@@ -57,15 +74,25 @@ def postgres() -> Iterator[str]:
                                  "-U", "postgres", "--no-sync"]),
                    check=True, capture_output=True, cwd="/")
     options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run(_as_postgres([str(binaries / "pg_ctl"), "-D", str(data), "-o", options,
-                                 "-l", str(folder / "server.log"), "-w", "start"]),
-                   check=True, capture_output=True, cwd="/")
+    pg_ctl = str(binaries / "pg_ctl")
+    server = Server(f"postgresql://postgres@127.0.0.1:{port}/{{db}}",
+                    _as_postgres([pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"]),
+                    _as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l",
+                                  str(folder / "server.log"), "-w", "start"]))
+    server.start()
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/{{db}}"
+        yield server
     finally:
-        subprocess.run(_as_postgres([str(binaries / "pg_ctl"), "-D", str(data), "-m",
-                                     "immediate", "stop"]), capture_output=True, cwd="/")
+        subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]),
+                       capture_output=True, cwd="/")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres() -> Iterator[str]:
+    """A PostgreSQL server on loopback; yields a URL template with ``{db}`` for the database."""
+    with postgres_server() as server:
+        yield server.url
 
 
 def create_database(url_template: str, name: str) -> str:

@@ -12,7 +12,7 @@ COMMANDS = {
     "sync": ["--check"], "release": ["01_float_formats"], "collect": ["01_float_formats"],
     "autograde": ["01_float_formats", "submissions"], "feedback": ["01_float_formats"],
     "export": [], "report": ["01_float_formats"], "review": ["01_float_formats"],
-    "similarity": ["01_float_formats"],
+    "similarity": ["01_float_formats"], "deadlines": ["--check"],
     "lab": ["--smoke"],
     "demo": ["01_float_formats"], "progress": [], "worker": ["--broker", "redis://x:1/0"],
 }

@@ -1,10 +1,16 @@
 """Due dates, extensions and the late policy: the arithmetic around the deadline and across
-daylight-saving changes, the file's checks, and end to end on lesson 01 handed in through
-nbgrader's collect layout (``timestamp.txt``): export, report, feedback and review agree."""
+daylight-saving changes, the file's checks (every bad value an error that says what to write,
+every likely mistake a warning, ``python -m grader deadlines --check``), extensions by id, LMS
+id, e-mail or name, where a submission time may come from (never a zip's member times nor a
+student's own ``timestamp.txt``; Moodle's grading worksheet and Canvas's submissions JSON), the
+LMS's late mark, and end to end on lesson 01 collected by ``python -m grader collect``:
+export, report, feedback and review agree."""
 
 from __future__ import annotations
 
 import csv
+import json
+import re
 import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -155,7 +161,7 @@ def test_the_file_reads_zones_policies_and_extensions() -> None:
     ('timezone = "Europe/Berlin"\n[lessons.a]\ndue = "2025-10-26 02:30"', "happens twice"),
     ('timezone = "Mars/Olympus"', "no IANA time zone"),
     ('[policy]\nper = "week"', "one of"),
-    ('[policy]\nrate = 1.5', "at most 1"),
+    ('[policy]\nrate = 1.5', "from 0 to 1"),
     ('deadline = 3', "unknown key"),
     ('timezone = "UTC"\n[lessons.a]\ndue = "2025-01-01 10:00"\n[[extensions]]\n'
      'student = "s"\nlesson = "b"\ndays = 1', "has no due date"),
@@ -182,13 +188,259 @@ def test_times_from_nbgrader_zips_and_offsets() -> None:
                                                                   59)
 
 
-def test_a_zip_keeps_each_members_time(tmp_path: Path) -> None:
-    archive = tmp_path / "class.zip"
+# ------------------------------------------------------------------ mistakes in the file
+
+UTC_LESSON = 'timezone = "UTC"\n[lessons.01_float_formats]\ndue = "2025-03-10 23:59"\n'
+EXTENSION = '[[extensions]]\nstudent = "s1"\nlesson = "01_float_formats"\n'
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('timezone = "Europe"', "no IANA time zone"),  # a folder of zones: IsADirectoryError
+    ('timezone = "' + "x" * 300 + '"', "no IANA time zone"),  # OSError: name too long
+    ('timezone = "../../etc/passwd"', "no IANA time zone"),
+    ("timezone = 3", "no IANA time zone"),
+    ('timezone = "UTC"\n[lessons.01_float_formats]\ndue = "9999-12-31 23:59"', "1971 to 2199"),
+    ('timezone = "UTC"\n[lessons.01_float_formats]\ndue = "0001-01-01 00:00"', "1971 to 2199"),
+    ("[lessons.01_float_formats]\ndue = 0001-01-01T00:00:00Z", "1971 to 2199"),  # TOML's own
+    (UTC_LESSON + EXTENSION + "days = 1e12", "from 0 to 3,660"),
+    (UTC_LESSON + EXTENSION + "days = nan", "must be a number"),
+    (UTC_LESSON + EXTENSION + "days = -1", "must be a number"),
+    (UTC_LESSON.replace("2025", "2199") + EXTENSION + "days = 3000", "past the year 2199"),
+    (UTC_LESSON + EXTENSION + 'due = "9999-01-01 00:00"', "1971 to 2199"),
+    ("[policy]\ngrace_minutes = 1e12", "grace_minutes = 1000000000000.0 must be"),
+    ("[policy]\nzero_after_days = inf", "zero_after_days"),
+    ("[policy]\nrate = nan", "rate"),
+    (UTC_LESSON + "extension = 3", "unknown key"),  # in a lesson's table
+    (UTC_LESSON + EXTENSION + 'days = 1\nstudnet = "x"', "unknown key"),
+    (UTC_LESSON + '[[extensions]]\nstudent = ""\nlesson = "01_float_formats"\ndays = 1',
+     "needs student"),
+])
+def test_every_bad_value_is_refused_saying_what_to_write(text: str, message: str) -> None:
+    with pytest.raises(CourseError, match=re.escape(message)):
+        parse(text)
+
+
+def test_a_bad_file_stops_every_command_with_a_message_not_a_traceback(tmp_path) -> None:
+    bad = tmp_path / "deadlines.toml"
+    bad.write_text('timezone = "Europe"\n')
+    root = tmp_path / "course"
+    submissions = tmp_path / "class" / "s1"
+    submissions.mkdir(parents=True)
+    for args in (("export",), ("report", LESSON.name), ("review", LESSON.name),
+                 ("feedback", LESSON.name), ("deadlines", "--check"),
+                 ("autograde", LESSON.name, submissions.parent)):
+        done = command(*args, "--course-dir", root, "--deadlines", bad, check=False)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "timezone = 'Europe' is no IANA time zone" in done.stderr, args
+        assert "Traceback" not in done.stdout + done.stderr
+
+
+def known_class(root: Path) -> None:
+    """A graded class of lesson 01 as the ledger keeps it: ids, names, e-mails, LMS ids."""
+    from grader import ledger
+
+    people = {"s003": ("Ada Lovelace", "ada@uni.edu", ""),
+              "ana@uni.es": ("Ana Ruiz", "ana@uni.es", "A 1234"),  # Gradescope SID, no id
+              "s010": ("Jean Dupont", "", ""), "s011": ("Jean  Dupont", "", ""),
+              "s020": ("Bob Roe", "bob@uni.edu", "")}
+    ledger.write(f"sqlite:///{root / 'gradebook.db'}", LESSON.name, [
+        {"student_id": sid, "status": "graded", "details": {"handin": {
+            "from": "gradescope", "name": name, "email": email, "lms_id": lms_id}}}
+        for sid, (name, email, lms_id) in people.items()])
+
+
+def test_extensions_name_students_by_id_lms_id_email_or_name_and_mistakes_are_warned(
+        tmp_path) -> None:
+    root = tmp_path / "course"
+    root.mkdir()
+    known_class(root)
+    extension = '[[extensions]]\nstudent = "{}"\nlesson = "01_float_formats"\ndays = 2\n'
+    (root / "deadlines.toml").write_text(
+        DEADLINES.replace(f"[[extensions]]\nstudent = \"extended\"\nlesson = \"{LESSON.name}\"\n"
+                          'due = "2025-03-14 12:00"\n', "")
+        + '[lessons.01_float_format]\ndue = "2025-03-10 23:59"\n'  # misspelt
+        + "".join(extension.format(who) for who in (
+            "S003", "A 1234", "BOB@uni.edu", "JEAN DUPONT", "s999", "bob roe")))
+    done = command("deadlines", "--check", "--course-dir", root, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "01_float_format]: the course has no lesson '01_float_format'" in out
+    assert "did you mean 01_float_formats?" in out
+    assert "extension 1: 'S003', 01_float_formats: due 2025-03-12T23:59+01:00 -> s003" in out
+    assert "read as 's003' (ids are case-sensitive" in out
+    assert "extension 2: 'A 1234'" in out and "-> ana@uni.es" in out  # the SID
+    assert "extension 3: 'BOB@uni.edu'" in out and "-> s020" in out  # the e-mail
+    assert "extension 4: 'JEAN DUPONT'" in out and "names 2 students" in out
+    assert "extension 5: 's999'" in out and "applies to no one" in out
+    assert "extension 6: 'bob roe'" in out and "earlier extension" in out  # the name
+    assert out.count("warning: ") == 5
+    from grader.course import Course
+
+    found = Course(root, log=lambda _: None).deadlines()
+    assert {student for student, _ in found.extensions} == {"s003", "ana@uni.es", "s020"}
+    late = at(BERLIN, 2025, 3, 12, 12, 0).timestamp()
+    assert found.judge(LESSON.name, "ana@uni.es", late, "x").fraction == 0.0  # extended
+    assert found.judge(LESSON.name, "s010", late, "x").fraction == 0.2  # neither Jean
+    said = command("export", "--course-dir", root, "--csv", tmp_path / "g.csv").stdout
+    assert said.count("warning: ") == 5  # every command reads the file, and says so, once
+    clean = tmp_path / "clean.toml"
+    clean.write_text(DEADLINES.split("[[extensions]]")[0])
+    assert command("deadlines", "--check", "--course-dir", root, "--deadlines",
+                   clean).returncode == 0
+
+
+# ------------------------------------------------------------------ where times come from
+
+def test_the_lms_late_mark_costs_what_one_second_late_costs_and_says_so() -> None:
+    plain = parse(FILE)
+    marked = plain.judge("01_float_formats", "s2", None, "Canvas's LATE mark", late_mark=True)
+    assert (marked.fraction, marked.periods) == (0.1, 1)
+    assert marked.note == "marked late by the LMS, time unknown: charged as one period late " \
+        "(-10%)"
+    graced = parse(FILE.replace("cap = 0.5", "cap = 0.5\ngrace_minutes = 5")).judge(
+        "01_float_formats", "s2", None, "Canvas's LATE mark", late_mark=True)
+    assert (graced.fraction, graced.periods, graced.late) == (0.0, 0, False)
+    assert graced.note == "marked late by the LMS, time unknown: no penalty (it may lie " \
+        "within the 5-minute grace)"
+    extended = plain.judge("01_float_formats", "s1", None, "Canvas's LATE mark", late_mark=True)
+    assert extended.fraction == 0.0 and "an extension applies" in extended.note
+    forged = plain.judge("01_float_formats", "s2", 1e13, "Gradescope's created_at")
+    assert forged.fraction == 0.0 and "out of range" in forged.source  # year 318857
+
+
+def moodle_class(tmp_path: Path, stamped: tuple) -> Path:
+    """Moodle's "Download all submissions" zip: every member stamped ``stamped``, the time of
+    the download (mod/assign's downloader), as Moodle does."""
+    archive = tmp_path / "CS101-Floats-77.zip"
     with zipfile.ZipFile(archive, "w") as out:
-        out.writestr(zipfile.ZipInfo("s1/nb.ipynb", (2025, 3, 11, 8, 30, 0)), "{}")
-    received = unpack_zip(archive, tmp_path / "out")
-    assert received.member_times[str(tmp_path / "out" / "s1" / "nb.ipynb")] == (
-        2025, 3, 11, 8, 30, 0)
+        for name, number in (("Adélaïde Lovelace", 5001), ("Jean Dupont", 5002)):
+            out.writestr(zipfile.ZipInfo(f"{name}_{number}_assignsubmission_file_/{NOTEBOOK}",
+                                         stamped), "{}")
+    return archive
+
+
+def stored(course, layout: str, folder: Path, times: dict | None = None,
+           received=None) -> tuple[list, dict[str, dict]]:
+    """The hand-ins of ``folder``, their times stored, and the late policy's rows."""
+    from grader.handins import recognise
+    from grader.intake import Received
+
+    found_layout, handins, _ = recognise(folder, LESSON.name, NOTEBOOK, layout)
+    course._store_times(LESSON, found_layout, handins, received or Received(folder),
+                        times or {}, course.deadlines())
+    rows = [{"lesson": LESSON.name, "student_id": h.student_id, "score": 10.0} for h in handins]
+    course._apply_deadlines(rows)
+    return handins, {r["student_id"]: r for r in rows}
+
+
+def test_a_zips_member_times_never_count_and_moodles_worksheet_gives_the_times(tmp_path) -> None:
+    """Moodle stamps every member of its download with the download's time: four days after
+    the due date here, which cost an on-time student 40%. Its grading worksheet gives each
+    participant's time ("Last modified (submission)", as English Moodle's userdate() writes
+    it, in the instructor's zone)."""
+    from grader.course import Course, named_by_lms
+
+    said: list[str] = []
+    course = Course(tmp_path / "course", log=said.append)
+    (course.root / "deadlines.toml").write_text(DEADLINES)
+    received = unpack_zip(moodle_class(tmp_path, (2025, 3, 14, 9, 0, 0)), tmp_path / "out",
+                          named_by_lms)
+    _, rows = stored(course, "moodle", received.root, received=received)
+    for row in rows.values():
+        assert (row["late_penalty"], row["score"]) == (0.0, 10.0)
+        assert row["time_source"] == "none: no submission time in a Moodle download"
+        assert row["late_note"] == "no submission time: no penalty"
+    assert any("2 unknown, so no late penalty for them (give Moodle's grading worksheet with "
+               "--times FILE)" in line for line in said), said
+    worksheet = tmp_path / "worksheet.csv"
+    worksheet.write_text(
+        "\ufeffIdentifier,Full name,Email address,Status,Grade,Maximum Grade,Grade can be "
+        "changed,Last modified (submission),Online text,Last modified (grade),Feedback comments\n"
+        "Participant 5001,Adélaïde Lovelace,ada@uni.fr,Submitted for grading,,100.00,Yes,"
+        "\"Monday, 10 March 2025, 11:58 PM\",,-,\n"
+        "Participant 5002,Jean Dupont,jean@uni.fr,Submitted for grading,,100.00,Yes,"
+        "\"Wednesday, 12 March 2025, 1:05 AM\",,-,\n", encoding="utf-8")
+    from grader.deadlines import times_file
+
+    times = times_file(worksheet, BERLIN)
+    assert times["5001"][0] == at(BERLIN, 2025, 3, 10, 23, 58).timestamp()
+    _, rows = stored(course, "moodle", received.root, times, received)
+    assert rows["5001"]["late_penalty"] == 0.0 and rows["5001"]["late_note"] == "on time"
+    assert rows["5002"]["late_penalty"] == pytest.approx(2.0)  # 1 d 1 h late: two days
+    assert rows["5002"]["time_source"] == "Moodle's grading worksheet (Last modified " \
+        "(submission))"
+    folders = tmp_path / "zipped-folders"  # a zip an instructor made of student folders
+    with zipfile.ZipFile(folders.with_suffix(".zip"), "w") as out:
+        out.writestr(zipfile.ZipInfo(f"s1/{NOTEBOOK}", (2025, 3, 20, 9, 0, 0)), "{}")
+    received = unpack_zip(folders.with_suffix(".zip"), folders)
+    _, rows = stored(course, "folders", received.root, received=received)
+    assert rows["s1"]["late_penalty"] == 0.0
+    assert rows["s1"]["time_source"] == "none: no submission time in student folders"
+    Path(tmp_path / "odd.csv").write_text("Identifier,Last modified (submission)\n"
+                                          "Participant 1,\"lundi 10 mars 2025, 23:58\"\n")
+    with pytest.raises(CourseError, match="English Moodle"):
+        times_file(tmp_path / "odd.csv", BERLIN)
+    with pytest.raises(CourseError, match="set timezone"):
+        times_file(worksheet, None)
+
+
+def test_canvas_times_come_from_its_submissions_api_json(tmp_path) -> None:
+    from grader.course import Course
+    from grader.deadlines import times_file
+    from tests.test_handins import canvas_file_name
+
+    pages = [[{"id": 1, "user_id": 101, "submitted_at": "2025-03-11T12:30:00Z", "late": True,
+               "seconds_late": 45060, "workflow_state": "submitted", "attempt": 2},
+              {"id": 2, "user_id": 102, "submitted_at": None, "workflow_state": "unsubmitted"}],
+             [{"id": 3, "anonymous_id": "x1Y2z", "submitted_at": "2025-03-10T20:00:00Z"}]]
+    api = tmp_path / "submissions.json"
+    api.write_text(json.dumps(pages))
+    times = times_file(api, None)
+    assert set(times) == {"101", "anon_x1Y2z"}  # nothing submitted: no time
+    assert times["101"] == (at(timezone.utc, 2025, 3, 11, 12, 30).timestamp(),
+                            "Canvas's submitted_at (submissions API)")
+    course = Course(tmp_path / "course", log=lambda _: None)
+    (course.root / "deadlines.toml").write_text(DEADLINES)
+    download = tmp_path / "submissions"
+    download.mkdir()
+    (download / canvas_file_name("Lovelace, Ada", 101, 905, NOTEBOOK, late=True)).write_text("{}")
+    (download / canvas_file_name("Roe, Rick", 102, 906, NOTEBOOK, late=True)).write_text("{}")
+    handins, rows = stored(course, "canvas", download, times)
+    assert [h.reasons for h in handins] == [[], []]  # LATE_ reads as one user, not two
+    assert rows["101"]["late_penalty"] == pytest.approx(1.0)  # 12 h 31 min late: one day
+    assert rows["102"]["late_note"] == "marked late by the LMS, time unknown: charged as " \
+        "one period late (-10%)"
+    for text in ('[{"user_id": 1, "submitted_at": "yesterday"}]', '{"a": 1}', "[1, 2]"):
+        api.write_text(text)
+        with pytest.raises(CourseError, match="Canvas"):
+            times_file(api, None)
+    api.write_text("who,when\n1,2\n")
+    with pytest.raises(CourseError, match="none of the forms read"):
+        times_file(api, None)
+
+
+def test_only_a_timestamp_our_collect_wrote_decides_lateness(tmp_path) -> None:
+    """nbgrader's collect copies timestamp.txt as the student left it: one that says 2020 on a
+    hand-in ten days late is no time at all. Ours (grader/exchange.py) writes its own."""
+    from grader.course import Course
+
+    course = Course(tmp_path / "course", log=lambda _: None)
+    (course.root / "deadlines.toml").write_text(DEADLINES)
+    for root, stamp in ((tmp_path / "submitted", "2020-01-01 00:00:00.000000 UTC"),
+                        (course.root / "collected", "2025-03-12 00:59:00.000000 UTC")):
+        folder = root / "mallory" / LESSON.name
+        folder.mkdir(parents=True)
+        (folder / NOTEBOOK).write_text("{}")
+        (folder / "timestamp.txt").write_text(stamp)
+    handins, rows = stored(course, "nbgrader", tmp_path / "submitted")
+    assert rows["mallory"]["late_penalty"] == 0.0
+    assert rows["mallory"]["time_source"] == "none: timestamp.txt says 2020-01-01T00:00:00+00:00" \
+        ", but the student wrote it (not python -m grader collect)"
+    assert "its timestamp.txt says 2020-01-01T00:00:00+00:00, but the student's side wrote it" \
+        in handins[0].reasons[0]  # needs_review, with the reason
+    handins, rows = stored(course, "nbgrader", course.root / "collected")
+    assert handins[0].reasons == [] and rows["mallory"]["late_penalty"] == pytest.approx(2.0)
+    assert rows["mallory"]["time_source"] == "timestamp.txt (written by python -m grader collect)"
 
 
 # ------------------------------------------------------------------ end to end
@@ -213,8 +465,9 @@ due = "2025-03-14 12:00"
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    """Four full-marks notebooks in nbgrader's collect layout: on time, two days late, late
-    within an extension, and no timestamp.txt."""
+    """Four full-marks notebooks as ``python -m grader collect`` leaves them in collected/
+    (its timestamp.txt is trusted): on time, two days late, late within an extension, and no
+    timestamp.txt."""
     tmp = tmp_path_factory.mktemp("deadlines")
     root = tmp / "course"
     grader("release", LESSON.name, "--course-dir", root)
@@ -223,13 +476,13 @@ def course(tmp_path_factory):
     stamps = {"on_time": DUE - timedelta(minutes=1), "late": DUE + timedelta(days=1, hours=2),
               "extended": DUE + timedelta(days=3), "no_time": None}
     for student, when in stamps.items():
-        folder = tmp / "submitted" / student / LESSON.name
+        folder = root / "collected" / student / LESSON.name
         folder.mkdir(parents=True)
         nbformat.write(instructor, folder / NOTEBOOK)
         if when is not None:  # nbgrader writes UTC, as "%Y-%m-%d %H:%M:%S.%f %Z"
             (folder / "timestamp.txt").write_text(
                 when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
-    done = grader("autograde", LESSON.name, tmp / "submitted", "--course-dir", root)
+    done = grader("autograde", LESSON.name, "--collected", "--course-dir", root)
     assert "4 graded" in done.stdout, done.stdout
     return root
 
@@ -245,7 +498,7 @@ def test_export_has_raw_score_penalty_and_final(course, tmp_path) -> None:
     late = rows["late"]  # a day and two hours late: two started days, 20%
     assert float(late["late_penalty"]) == pytest.approx(0.2 * full)
     assert float(late["score"]) == float(late["final_score"]) == pytest.approx(0.8 * full)
-    assert late["time_source"] == "nbgrader's timestamp.txt"
+    assert late["time_source"] == "timestamp.txt (written by python -m grader collect)"
     assert late["submitted_at"].startswith("2025-03-12T00:59")  # UTC
     assert float(rows["extended"]["late_penalty"]) == 0.0
     assert rows["extended"]["due"].endswith("(extended)")

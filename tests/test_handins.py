@@ -9,8 +9,6 @@ and ``mod/assign/feedback/file/importziplib.php``).
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import re
 import shutil
@@ -25,6 +23,7 @@ from hypothesis import strategies as st
 from grader.handins import LAYOUTS, recognise
 from grader.lessons import CourseError, load_lesson
 from tests.grading_helpers import grader, points, read_export
+from tests.test_export_lms import canvas_import, canvas_reupload, moodle_feedback_import
 
 LESSON = load_lesson("01_float_formats")
 NOTEBOOK = LESSON.notebook.name
@@ -85,6 +84,21 @@ def test_a_canvas_download_is_one_student_per_user_id_with_the_latest_notebook(t
     assert other_john.reasons == [f"graded homework.ipynb in place of {NOTEBOOK}"]
     assert text_only.notebook is None and "no notebook" in text_only.reasons[0]
     assert anonymous.notebook is not None and anonymous.name == ""
+
+
+def test_a_late_canvas_hand_in_alone_reads_as_one_user(tmp_path) -> None:
+    """Canvas lowercases the name and writes its own "LATE" after it (content_zipper.rb), so
+    ``roerick_LATE_103_904_x`` cannot be a user "roerick_LATE": it is user 103, late, and no
+    cause for a look."""
+    root = tmp_path / "submissions"
+    write(root / canvas_file_name("Roe, Rick", 103, 904, NOTEBOOK, late=True))
+    write(root / canvas_file_name("Lee, Ann", 105, 906, "01_" + NOTEBOOK, late=True))
+    _, handins, _ = recognise(root, LESSON.name, NOTEBOOK, "canvas")
+    rick, ann = handins
+    assert (rick.student_id, rick.late, rick.reasons, rick.name) == ("103", True, [], "roerick")
+    assert rick.lms_file_id == "904" and rick.record("canvas")["file_id"] == "904"
+    assert (ann.student_id, ann.late, ann.lms_file_id) == ("105", True, "906")
+    assert ann.reasons == [f"graded 01_{NOTEBOOK} in place of {NOTEBOOK}"]
 
 
 @pytest.mark.parametrize("trailing", ["_", ""])  # Moodle before 4.1 ended the folder with "_"
@@ -460,268 +474,6 @@ def test_a_named_layout_steps_into_its_wrapping_folder_and_follows_no_link(tmp_p
     assert handins[0].notebook is None  # the link is not followed
 
 
-# ------------------------------------------------------------------ the importers, modelled
-
-CANVAS_TITLE_ID = re.compile(r"\A(.*)\s\((\d+)\)\Z")  # lib/gradebook_importer.rb
-CANVAS_IGNORED = re.compile(r"Current Score|Current Points|Current Grade|Final Score|"
-                            r"Final Points|Final Grade|Override Score|Override Grade")
-
-
-def canvas_import(text: str, assignments: dict[int, str], users: dict[str, dict[str, str]]):
-    """What Canvas's gradebook importer makes of a file: the header must start ``Student``,
-    ``ID`` and end the student columns with ``Section``; an assignment column is matched by
-    ``Title (id)``'s id, then by its exact title, else it is a new assignment; a student by
-    ID, then SIS User ID, then SIS Login ID, then name, else unknown; a blank cell or ``-`` is
-    no score. Returns (columns matched, new columns, {user id: {title: score}}, unknown)."""
-    rows = list(csv.reader(io.StringIO(text)))
-    header = rows[0]
-    assert "Student" in header[0] and "ID" in header[1]
-    section = header.index("Section")
-    matched, new, scores, unknown = {}, [], {}, []
-    for column, title in enumerate(header[section + 1:], start=section + 1):
-        if CANVAS_IGNORED.search(title):
-            continue
-        found = CANVAS_TITLE_ID.match(title)
-        if found and int(found[2]) in assignments:
-            matched[column] = assignments[int(found[2])]
-        elif title in assignments.values():
-            matched[column] = title
-        else:
-            new.append(title)
-    for row in rows[1:]:
-        if "Points Possible" in row[0]:
-            continue
-        user = next((uid for uid, u in users.items() if row[1] and row[1] == uid), None) \
-            or next((uid for uid, u in users.items() if row[2] and row[2] == u["sis_user_id"]),
-                    None) \
-            or next((uid for uid, u in users.items() if row[3] and row[3] == u["sis_login_id"]),
-                    None) \
-            or next((uid for uid, u in users.items() if row[0] == u["name"]), None)
-        if user is None:
-            unknown.append(row[:4])
-            continue
-        scores[user] = {title: (None if row[c] in ("", "-") else float(row[c]))
-                        for c, title in matched.items()}
-    return matched, new, scores, unknown
-
-
-def moodle_import(text: str, mapped: str, users: dict[str, dict[str, str]]):
-    """Moodle's grade/import/csv load_data.php: the mapped column names the user (username,
-    email or idnumber); an unknown user aborts the whole import; a blank identifier keeps the
-    previous row's user (or aborts on the first row); a blank or ``-`` grade is no grade.
-    Returns {username: {column: grade}}."""
-    rows = list(csv.reader(io.StringIO(text)))
-    header, column = rows[0], rows[0].index(mapped)
-    field = {"Username": "username", "Email address": "email", "ID number": "id_number"}[mapped]
-    grades, student = {}, None
-    for row in rows[1:]:
-        if row[column]:
-            student = next((u for u, known in users.items() if known[field] == row[column]),
-                           None)
-            if student is None:
-                raise AssertionError(f"User not found, abort whole import: {row[column]}")
-        elif student is None:
-            raise AssertionError("no user on the first row: import aborted")
-        grades[student] = {title: (None if row[i] in ("", "-") else float(row[i]))
-                           for i, title in enumerate(header) if i > 1}
-    return grades
-
-
-def moodle_feedback_import(archive: Path) -> dict[str, list[str]]:
-    """Moodle's importziplib.php: each path component split on "_" into at most five parts; the
-    second is the participant id, the third and fourth the plugin (assignfeedback, file).
-    Returns {participant id: [file names]}."""
-    found: dict[str, list[str]] = {}
-    with zipfile.ZipFile(archive) as handle:
-        for name in handle.namelist():
-            first, *rest = name.split("/")
-            info = first.split("_", 4)
-            assert len(info) >= 4 and info[1].isdigit(), name
-            assert (info[2], info[3]) == ("assignfeedback", "file"), name
-            found.setdefault(info[1], []).append("/".join([info[4], *rest]).lstrip("/"))
-    return found
-
-
-# ------------------------------------------------------------------ grades back
-
-def fake_course(tmp_path, rows):
-    from grader.course import Course
-
-    course = Course(tmp_path / "course", log=lambda _: None)
-    said: list[str] = []
-    course.log = said.append
-    course.grades = lambda: [dict(r) for r in rows]
-    return course, said
-
-
-def row(student, lesson, score, status="graded", source="", name="", reason="", maximum=15.0):
-    return {"student_id": student, "lesson": lesson, "score": score, "max_score": maximum,
-            "status": status, "reason": reason, "name": name, "late": False, "from": source,
-            "email": "", "remarks": []}
-
-
-ASSIGNMENTS = "lesson,title,id,points\n01_float_formats,Float formats,4242,10\n" \
-              "04_backprop_flops,Backprop (6ND),4250,\n"
-
-
-def test_canvas_export_matches_assignments_by_id_and_never_overwrites(tmp_path) -> None:
-    from grader.export import export
-
-    course, said = fake_course(tmp_path, [
-        row("101", "01_float_formats", 12.0, source="canvas", name="lovelaceada"),
-        row("102", "01_float_formats", 3.0, "needs_review", "canvas", "smithjohn", "=cmd|x"),
-        row("103", "01_float_formats", 0.0, "invalid", "canvas", "=HYPERLINK(\"x\")"),
-        row("101", "04_backprop_flops", 7.5, source="canvas", maximum=9.0),
-        row("s9", "01_float_formats", 15.0, source="folders"),  # no Canvas id known
-        row("-5", "01_float_formats", 15.0, source="folders"),
-    ])
-    (tmp_path / "a.csv").write_text(ASSIGNMENTS)
-    roster = tmp_path / "roster.csv"
-    roster.write_text("student_id,name,lms_id,sis_user_id,sis_login_id,section\n"
-                      "-5,Minus Five,=1+1,,,\n104,\"Cyd, Carl\",104,S4,ccyd,A\n")
-    export(course, tmp_path / "canvas.csv", "canvas", roster, tmp_path / "a.csv")
-    text = (tmp_path / "canvas.csv").read_text()
-    users = {"101": {"name": "Lovelace, Ada", "sis_user_id": "", "sis_login_id": ""},
-             "102": {"name": "Smith, John", "sis_user_id": "", "sis_login_id": ""},
-             "103": {"name": "Smith, Jo", "sis_user_id": "", "sis_login_id": ""},
-             "104": {"name": "Cyd, Carl", "sis_user_id": "S4", "sis_login_id": "ccyd"}}
-    matched, new, scores, unknown = canvas_import(
-        text, {4242: "Float formats", 4250: "Backprop (6ND)"}, users)
-    assert new == [] and unknown == []  # every column an assignment, every row a student
-    assert sorted(matched.values()) == ["Backprop (6ND)", "Float formats"]
-    assert scores["101"] == {"Float formats": 8.0, "Backprop (6ND)": 7.5}  # 12/15 of 10; raw
-    assert scores["102"] == {"Float formats": None, "Backprop (6ND)": None}  # needs_review
-    assert scores["103"]["Float formats"] is None  # invalid: blank, not 0
-    assert scores["104"] == {"Float formats": None, "Backprop (6ND)": None}  # no submission
-    table = list(csv.reader(io.StringIO(text)))
-    assert table[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
-    assert table[0][5:] == ["Float formats (4242)", "Backprop (6ND) (4250)"]
-    assert not any(r[0] == "Points Possible" for r in table)  # one lesson gives no points
-    assert {r[1] for r in table[1:]} == {"101", "102", "103", "104"}  # nothing invented
-    assert next(r for r in table if r[1] == "103")[0].startswith("'=")  # a name, quoted
-    held = {(r["student_id"], r["lesson"]): r for r in csv.DictReader(
-        (tmp_path / "canvas-not-exported.csv").open())}
-    assert held[("102", "01_float_formats")]["status"] == "needs_review"
-    assert held[("103", "01_float_formats")]["status"] == "invalid"
-    assert "no identifier from the LMS" in held[("s9", "01_float_formats")]["why"]
-    assert "formula" in held[("-5", "01_float_formats")]["why"]
-    assert held[("104", "01_float_formats")]["status"] == "missing"
-    assert any("raw points" in s for s in said)
-    export(course, tmp_path / "flagged.csv", "canvas", None, tmp_path / "a.csv",
-           include_flagged=True)
-    _, _, scores, _ = canvas_import((tmp_path / "flagged.csv").read_text(),
-                                    {4242: "Float formats", 4250: "Backprop (6ND)"}, users)
-    assert scores["102"]["Float formats"] == 2.0  # needs_review, computed: 3 of 15, of 10
-    assert scores["103"]["Float formats"] is None  # invalid has no computed score: blank
-
-
-def test_canvas_export_without_assignments_refuses_and_shows_the_file_to_write(tmp_path) -> None:
-    from grader.export import export
-
-    course, _ = fake_course(tmp_path, [row("101", "01_float_formats", 12.0, source="canvas")])
-    with pytest.raises(CourseError, match=r"(?s)Title \(id\).*lesson,title,id,points"):
-        export(course, tmp_path / "canvas.csv", "canvas")
-
-
-def test_a_points_possible_row_only_when_every_lesson_gives_its_points(tmp_path) -> None:
-    from grader.export import export
-
-    course, _ = fake_course(tmp_path, [row("101", "01_float_formats", 15.0, source="canvas")])
-    (tmp_path / "a.csv").write_text("lesson,title,id,points\n01_float_formats,Floats,1,20\n")
-    export(course, tmp_path / "c.csv", "canvas", None, tmp_path / "a.csv")
-    table = list(csv.reader((tmp_path / "c.csv").open()))
-    assert table[1] == ["Points Possible", "", "", "", "", "20"] and table[2][-1] == "20"
-
-
-def test_moodle_export_writes_one_identifier_the_roster_gives_and_no_blank_one(tmp_path) -> None:
-    from grader.export import export
-
-    course, said = fake_course(tmp_path, [
-        row("5001", "01_float_formats", 15.0, source="moodle", name="Adélaïde Lovelace"),
-        row("5002", "01_float_formats", 6.0, source="moodle", name="Jean Dupont"),
-        row("5003", "01_float_formats", 6.0, source="moodle", name="Jean Dupont"),
-    ])
-    worksheet = tmp_path / "worksheet.csv"  # Moodle's "Download grading worksheet"
-    worksheet.write_text("Identifier,Full name,Email address,Status,Grade,Maximum Grade\n"
-                         "Participant 5001,Adélaïde Lovelace,ada@uni.fr,Submitted,,100\n"
-                         "Participant 5002,Jean Dupont,jean@uni.fr,Submitted,,100\n")
-    export(course, tmp_path / "moodle.csv", "moodle", worksheet)
-    text = (tmp_path / "moodle.csv").read_text()
-    assert next(csv.reader(io.StringIO(text))) == ["Email address", "Full name",
-                                                   "01_float_formats"]
-    users = {"ada": {"email": "ada@uni.fr", "username": "ada", "id_number": ""},
-             "jean": {"email": "jean@uni.fr", "username": "jean", "id_number": ""},
-             "jean2": {"email": "jean2@uni.fr", "username": "jean2", "id_number": ""}}
-    grades = moodle_import(text, "Email address", users)
-    assert grades == {"ada": {"01_float_formats": 15.0}, "jean": {"01_float_formats": 6.0}}
-    held = list(csv.DictReader((tmp_path / "moodle-not-exported.csv").open()))
-    assert [(r["student_id"], r["status"]) for r in held] == [("5003", "not written")]
-    assert any("map 'Email address'" in s for s in said)
-
-
-def test_moodle_worksheets_of_two_lessons_make_one_row_per_person(tmp_path) -> None:
-    """Moodle gives each assignment its own participant ids: Ada is 11 in lesson 01 and 57 in
-    lesson 02. Her two worksheets' e-mail joins them into one row."""
-    from grader.export import export
-
-    course, _ = fake_course(tmp_path, [
-        row("11", "01_float_formats", 15.0, source="moodle", name="Ada"),
-        row("57", "02_tensors_and_strides", 6.0, source="moodle", name="Ada", maximum=9.0)])
-    first, second = tmp_path / "w1.csv", tmp_path / "w2.csv"
-    first.write_text("Identifier,Full name,Email address\nParticipant 11,Ada,ada@uni.fr\n")
-    second.write_text("Identifier,Full name,Email address\nParticipant 57,Ada,ada@uni.fr\n")
-    export(course, tmp_path / "m.csv", "moodle", [first, second])
-    grades = moodle_import((tmp_path / "m.csv").read_text(), "Email address",
-                           {"ada": {"email": "ada@uni.fr", "username": "ada", "id_number": ""}})
-    assert grades == {"ada": {"01_float_formats": 15.0, "02_tensors_and_strides": 6.0}}
-    assert len((tmp_path / "m.csv").read_text().splitlines()) == 2  # header and one row
-
-
-def test_anonymous_canvas_ids_are_not_written_as_user_ids(tmp_path) -> None:
-    from grader.export import export
-
-    course, _ = fake_course(tmp_path, [
-        row("anon_x1Y2z", "01_float_formats", 15.0, source="canvas"),
-        row("101", "01_float_formats", 15.0, source="canvas", name="lovelaceada")])
-    (tmp_path / "a.csv").write_text(ASSIGNMENTS)
-    export(course, tmp_path / "c.csv", "canvas", None, tmp_path / "a.csv")
-    assert "anon_" not in (tmp_path / "c.csv").read_text()
-    held = (tmp_path / "c-not-exported.csv").read_text()
-    assert "anon_x1Y2z" in held and "anonymous grading" in held
-
-
-def test_the_plain_export_keeps_identifiers_and_shows_the_late_mark(tmp_path) -> None:
-    from grader.export import export
-
-    late = row("+1", "01_float_formats", 4.0, source="blackboard", name="@Bob")
-    late["late"] = True
-    course, _ = fake_course(tmp_path, [late])
-    export(course, tmp_path / "plain.csv", "csv")
-    found = read_export(tmp_path / "plain.csv")[("+1", "01_float_formats")]
-    assert found["late"] == "late" and found["name"] == "'@Bob" and found["from"] == "blackboard"
-
-
-def test_assignments_and_rosters_that_are_wrong_say_what_to_fix(tmp_path) -> None:
-    from grader.export import read_assignments, read_roster
-
-    bad = tmp_path / "a.csv"
-    for text, message in [("lesson,name\n", "needs a header row lesson,title"),
-                          ("lesson,title,id\n01_float_formats,,1\n", "has no title"),
-                          ("lesson,title,id\n01_float_formats,X,abc\n", "is not the LMS's number"),
-                          ("lesson,title,points\n01_float_formats,X,-3\n", "not a positive")]:
-        bad.write_text(text)
-        with pytest.raises(CourseError, match=message):
-            read_assignments(bad)
-    bad.write_text("who,what\nx,y\n")
-    with pytest.raises(CourseError, match=r"student_id column.*Canvas.*Moodle"):
-        read_roster(bad)
-    bad.write_text("Student,ID,SIS User ID,SIS Login ID,Section,Float formats (4242)\n"
-                   "    Points Possible,,,,,10\n\"Lovelace, Ada\",101,S1,ada,A,\n")
-    assert read_roster(bad) == {"101": {
-        "name": "Lovelace, Ada", "lms_id": "101", "sis_user_id": "S1", "sis_login_id": "ada",
-        "section": "A", "email": "", "username": "", "id_number": ""}}
-
-
 # ------------------------------------------------------------------ end to end, every layout
 
 
@@ -750,6 +502,7 @@ def classroom(tmp_path_factory):
                                     NOTEBOOK.replace(".ipynb", "-1.ipynb"), late=True), done_nb)
     write(canvas / canvas_file_name("Lovelace, Ada", 101, 902, "plot.png"), b"\x89PNG")
     write(canvas / canvas_file_name("Lovelace, Ada", 102, 903, NOTEBOOK), blank)  # same name
+    write(canvas / canvas_file_name("Roe, Rick", 103, 904, NOTEBOOK, late=True), done_nb)  # alone
     moodle = downloads / "moodle" / "CS101-Floats-77"
     write(moodle / f"{moodle_prefix('Adélaïde Lovelace', 5001)}_assignsubmission_file_"
           / NOTEBOOK, done_nb)
@@ -784,7 +537,7 @@ def classroom(tmp_path_factory):
 
 
 EXPECTED = {  # layout: {student id: (score, late)}
-    "canvas": {"101": (FULL, True), "102": (0.0, False)},
+    "canvas": {"101": (FULL, True), "102": (0.0, False), "103": (FULL, True)},
     "moodle": {"5001": (FULL, False), "5002": (0.0, False)},
     "blackboard": {"jdoe": (FULL, False), "rroe": (0.0, False)},
     "gradescope": {"06758214": (FULL, False), "5551": (0.0, False),
@@ -814,11 +567,12 @@ def test_each_download_is_recognised_and_every_student_graded_once(classroom, la
 def test_the_graded_attempt_and_the_names_are_reported(classroom) -> None:
     canvas = classroom["runs"]["canvas"].stdout
     assert "101 (lovelaceada, LATE): graded" in canvas and "the latest of 2" in canvas
+    assert "103 (roerick, LATE): graded" in canvas and "reads as" not in canvas
     assert "plot.png" in canvas
     grades = classroom["grades"]
     assert grades[("5001", LESSON.name)]["name"] == "Adélaïde Lovelace"
     assert grades[("jdoe", LESSON.name)]["name"] == "Jane Doe"
-    assert "marked late by the LMS: 1" in classroom["report"].stdout
+    assert "marked late by the LMS: 2" in classroom["report"].stdout
     handins = (classroom["course"] / "reports" / LESSON.name / "handins.csv").read_text()
     assert "2025-03-02-10-00-00, the latest of 2" in handins
     from nbgrader.api import Gradebook
@@ -840,10 +594,11 @@ def test_feedback_goes_back_as_each_lms_takes_it(classroom) -> None:
     with zipfile.ZipFile(zips / "moodle-feedback.zip") as handle:
         assert sorted(handle.namelist())[0] == \
             f"Adélaïde Lovelace_5001_assignfeedback_file_/{page}"
-    assert sorted(p.name for p in (zips / "canvas").iterdir()) == \
-        ["lovelaceada_102", "lovelaceada_LATE_101"]
-    assert (zips / "canvas" / "lovelaceada_LATE_101" / page).exists()
-    assert "only one by one" in classroom["feedback"].stdout
+    assert canvas_reupload(zips / "canvas-reupload.zip", {  # each user's submitted files
+        "101": ["901", "902", "905"], "102": ["903"], "103": ["904"]}) == {
+        "101": [f"lovelaceada_LATE_101_905_{page}"], "102": [f"lovelaceada_102_903_{page}"],
+        "103": [f"roerick_LATE_103_904_{page}"]}
+    assert "Re-Upload Submissions" in classroom["feedback"].stdout
     assert {p.name for p in zips.glob("*.zip")} >= {"alice.zip", "jdoe.zip", "06758214.zip"}
 
 
@@ -855,13 +610,38 @@ def test_the_grades_of_a_canvas_class_import_as_they_are(classroom) -> None:
     grader("export", "--course-dir", classroom["course"], "--format", "canvas",
            "--assignments", tmp / "a.csv", "--csv", tmp / "canvas.csv")
     users = {"101": {"name": "Lovelace, Ada", "sis_user_id": "", "sis_login_id": ""},
-             "102": {"name": "Lovelace, Ada", "sis_user_id": "", "sis_login_id": ""}}
+             "102": {"name": "Lovelace, Ada", "sis_user_id": "", "sis_login_id": ""},
+             "103": {"name": "Roe, Rick", "sis_user_id": "", "sis_login_id": ""},
+             "104": {"name": "Excused, Eve", "sis_user_id": "", "sis_login_id": ""}}
     matched, new, scores, unknown = canvas_import((tmp / "canvas.csv").read_text(),
-                                                  {4242: "Float formats"}, users)
+                                                  {4242: "Float formats"}, users,
+                                                  {"104": {"Float formats": "EX"}})
     assert new == [] and unknown == [] and list(matched.values()) == ["Float formats"]
-    assert scores == {"101": {"Float formats": FULL}, "102": {"Float formats": 0.0}}
+    assert scores == {"101": {"Float formats": FULL}, "102": {"Float formats": 0.0},
+                      "103": {"Float formats": FULL},  # LATE_ alone: one user, not flagged
+                      "104": {"Float formats": "EX"}}  # not in the download: untouched
     held = (tmp / "canvas-not-exported.csv").read_text()
     assert "5001" in held and "no identifier from the LMS" in held  # Moodle's: no Canvas id
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("handins")
+def test_the_grades_of_a_moodle_class_go_back_in_its_own_worksheet(classroom) -> None:
+    from tests.test_export_lms import moodle_worksheet_import
+
+    tmp, course = classroom["tmp"], classroom["course"]
+    none = grader("export", "--course-dir", course, "--format", "moodle", check=False)
+    assert none.returncode == 2 and "grading worksheet" in none.stderr  # says why, fails
+    (tmp / "worksheet.csv").write_text(
+        "Identifier,Full name,Email address,Status,Grade,Maximum Grade,Grade can be changed,"
+        "Last modified (submission),Last modified (grade),Feedback comments\n"
+        "Participant 5001,Adélaïde Lovelace,ada@uni.fr,Submitted,,50.00,Yes,-,-,\n"
+        "Participant 5002,Jean Dupont,jean@uni.fr,Submitted,,50.00,Yes,-,-,\n")
+    grader("export", "--course-dir", course, "--format", "moodle-worksheet", "--roster",
+           tmp / "worksheet.csv", "--lesson", LESSON.name, "--csv", tmp / "filled.csv")
+    grades, feedback = moodle_worksheet_import((tmp / "filled.csv").read_text(),
+                                               {"5001": "ada", "5002": "jean"}, {}, 50.0, 0.0)
+    assert grades == {"ada": 50.0, "jean": 0.0} and feedback == []
 
 
 @pytest.mark.slow

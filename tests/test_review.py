@@ -293,6 +293,77 @@ def test_the_log_replays_to_the_decisions_in_force() -> None:
     assert len(state.history) == 4
 
 
+def stubbed(tmp_path: Path, rows: list[dict]):
+    """A course whose grades are ``rows`` (the review log is real: SQLite in tmp_path)."""
+    from grader.course import Course
+
+    said: list[str] = []
+    course = Course(tmp_path / "course", log=said.append)
+    course.grades = lambda: [copy.deepcopy(r) for r in rows]
+    course.statuses = lambda lesson=None: {LESSON.name: {
+        str(r["student_id"]): {"status": r["computed_status"], "reason": r["reason"],
+                               "notebook_sha256": "ab12", "handin": {"name": r["name"]}}
+        for r in rows}}
+    return course, said
+
+
+def flag(student: str, status: str, reason: str, name: str = "", **late) -> dict:
+    return {"student_id": student, "lesson": LESSON.name, "score": 12.0, "max_score": FULL,
+            "status": status, "computed_status": status, "reason": reason, "name": name,
+            "computed_score": 12.0, "exercises": {}, "review": "", "late_note": "", **late}
+
+
+RENAMED = f"graded float_formats (1).ipynb in place of {NOTEBOOK}"
+
+
+def test_accept_all_settles_only_the_flags_whose_every_reason_is_the_expected_one(
+        tmp_path) -> None:
+    from grader.lessons import CourseError
+    from grader.review import accept_all, states
+
+    course, said = stubbed(tmp_path, [
+        flag("renamed", "needs_review", RENAMED, "Ada Lovelace"),
+        flag("renamed2", "needs_review", RENAMED.replace("(1)", "(2)")),
+        flag("both", "needs_review", f"{RENAMED}; code reaches for the file system"),
+        flag("files", "needs_review", "code reaches for the file system"),
+        flag("broken", "invalid", f"no notebook {NOTEBOOK} in the submission ({RENAMED})"),
+        flag("fine", "graded", "")])
+    assert accept_all(course, LESSON, "  IN PLACE   of ", None, "prof_x") == 2
+    decided = states(course.db_url, LESSON.name)
+    assert {s for (_, s), state in decided.items() if state.accepted} == {"renamed", "renamed2"}
+    assert decided[(LESSON.name, "renamed")].accepted.by == "prof_x"
+    assert "accepted the computed score of 2" in said[-1]
+    assert "renamed (Ada Lovelace)" in said[-1]  # the name beside the id
+    assert "left open, another reason besides (or invalid): both, broken" in said[-1]
+    with pytest.raises(CourseError, match=r"no open needs_review flag.*the open reasons are"):
+        accept_all(course, LESSON, "no such reason", None, "prof_x")
+    root = tmp_path / "cli"
+    for args in (("--accept-all",), ("--reason", "x"), ("s1", "--accept-all", "--reason", "x"),
+                 ("--accept-all", "--reason", "x", "--set", "decode=1")):
+        done = command("review", LESSON.name, *args, "--course-dir", root, check=False)
+        assert done.returncode == 2 and "--accept-all goes with --reason" in done.stderr, args
+
+
+def test_review_shows_names_beside_ids_and_the_late_penalty(tmp_path) -> None:
+    from grader.review import flagged, show
+
+    course, said = stubbed(tmp_path, [
+        flag("late", "needs_review", "code reaches for the file system", "Ada \x1b[2JLovelace",
+             raw_score=15.0, late_penalty=3.0, score=12.0, late=False,
+             late_note="1 d 2 h 0 min late: -20%", time_source="Moodle's grading worksheet"),
+        flag("marked", "needs_review", RENAMED, "Rick Roe", late=True,
+             late_note="marked late by the LMS, time unknown: no penalty (it may lie within the "
+                       "5-minute grace)", time_source="Canvas's LATE mark")])
+    flagged(course, LESSON)
+    listed = said[-1]
+    assert "late (Ada \\x1b[2JLovelace)" in listed and "\x1b" not in listed
+    assert "late: 1 d 2 h 0 min late: -20%; 15 - 3 = 12 (Moodle's grading worksheet)" in listed
+    assert "marked (Rick Roe)" in listed and "it may lie within the 5-minute grace" in listed
+    show(course, LESSON, "late")
+    assert said[-1].startswith("late (Ada \\x1b[2JLovelace), 01_float_formats: needs_review")
+    assert "late: 1 d 2 h 0 min late: -20%; 15 - 3 = 12" in said[-1]
+
+
 # ------------------------------------------------------------------ PostgreSQL
 
 @pytest.fixture(scope="module")

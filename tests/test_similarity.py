@@ -128,6 +128,58 @@ def own_work(nb, marker: int):
     return nb
 
 
+def test_names_stand_beside_ids_and_no_student_text_reaches_the_terminal_or_a_formula(
+        tmp_path, shared_tmp) -> None:
+    """Two copies under ids a spreadsheet reads as formulas, names with escape codes, and an
+    answer cell of the student's own whose grade_id holds escape sequences: the summary is
+    inert, names stand beside ids, a grade_id that is no exercise of the lesson is never
+    compared nor shown, and no cell of similarity.csv starts a formula. (No grading needed:
+    similarity reads the stored notebooks.)"""
+    from types import SimpleNamespace
+
+    import nbformat
+
+    from grader.cells import FORMULA_START
+    from grader.similarity import similarity
+    from tests.grading_helpers import released
+
+    root = tmp_path / "course"
+    (root / "release" / LESSON.name).mkdir(parents=True)
+    (root / "release" / LESSON.name / NOTEBOOK).write_bytes(
+        (released(LESSON, shared_tmp) / NOTEBOOK).read_bytes())
+    honest = own_work(read_notebook(LESSON.notebook), 1)
+    decode = cell(honest, "decode")
+    decode.source = decode.source.replace("\n", "\n" + PLANTED, 1)
+    evil = "\x1b]0;owned\x07\x1b[2Jsteal"
+    honest.cells.append(nbformat.v4.new_code_cell(
+        decode.source.replace("def decode", "def other"),
+        metadata={"nbgrader": {"grade_id": evil, "solution": True, "grade": False,
+                               "locked": False, "schema_version": 3}}))
+    copier = copy.deepcopy(honest)
+    for c in copier.cells:
+        c.source = c.source.replace("mine_1", "my_own")
+    names = {"-5": "Ada \x1b[31mLovelace", "@x": "=HYPERLINK(\"evil\")"}
+    for student, nb in (("-5", honest), ("@x", copier)):
+        folder = root / "submitted" / student / LESSON.name
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / NOTEBOOK)
+    said: list[str] = []
+    course = SimpleNamespace(root=root, log=said.append, statuses=lambda lesson: {lesson: {
+        s: {"status": "graded", "handin": {"name": n}} for s, n in names.items()}})
+    similarity(course, LESSON, 0.8, 5, 10)
+    summary = said[-1]
+    assert "\x1b" not in summary and "\x07" not in summary and "steal" not in summary
+    assert "-5 (Ada \\x1b[31mLovelace) ~ @x (=HYPERLINK(\"evil\"))" in summary, summary
+    folder = root / "reports" / LESSON.name
+    with (folder / "similarity.csv").open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[1][:2] == ["'-5", "'@x"] and rows[1][-1].startswith("'=HYPERLINK")
+    assert not any(c.startswith(FORMULA_START) for line in rows for c in line)
+    assert "steal" not in "".join(c for line in rows for c in line)
+    page = (folder / "similarity.html").read_text()
+    assert "Ada \\x1b[31mLovelace" in page and "steal" not in page and "\x1b" not in page
+
+
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     """Lesson 01 graded for six: two honest, a copy of one of them with its names changed,
