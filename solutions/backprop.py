@@ -48,13 +48,14 @@ def two_layer_forward_backward(x: Tensor, w1: Tensor, w2: Tensor) -> tuple[Tenso
     """Loss mean((x @ w1 @ w2)²) and its gradients for w1 and w2, by hand with matmuls.
 
     Args:
-        x: inputs, shape (B, D), floating point.
-        w1: first layer's weights, shape (D, D), same dtype as x.
-        w2: second layer's weights, shape (D, K), same dtype as x.
+        x: inputs, shape (B, D), floating point, every size at least 1.
+        w1: first layer's weights, shape (D, H), same dtype as x; the hidden width H may
+            differ from D (the lesson's network has H = D).
+        w2: second layer's weights, shape (H, K), same dtype as x.
 
     Returns:
-        ``(loss, grad_w1, grad_w2)``: the loss as a 0-dim tensor, dL/dw1 of shape (D, D) and
-        dL/dw2 of shape (D, K), all in x's dtype.
+        ``(loss, grad_w1, grad_w2)``: the loss as a 0-dim tensor, dL/dw1 of shape (D, H) and
+        dL/dw2 of shape (H, K), all in x's dtype.
     """
     for name, t in (("x", x), ("w1", w1), ("w2", w2)):
         if not isinstance(t, Tensor) or t.dim() != 2 or not t.is_floating_point():

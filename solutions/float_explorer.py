@@ -64,7 +64,8 @@ def bit_readout(bits: int, fmt: FloatFormat) -> dict[str, str]:
                 f"  (0x{bits:0{fmt.total_bits // 4}X})",
         "sign": f"{sign} ({plus_minus})",
         "exponent field": f"{exponent}: {meaning}",
-        "mantissa field": f"{mantissa} of {2**fmt.mantissa_bits}",
+        "mantissa field": f"{mantissa}, one of 0 to {2**fmt.mantissa_bits - 1} "
+                          f"({fmt.mantissa_bits} bits)",
         "value": repr(decode(bits, fmt)),
         "category": f"{category}: {formula}",
     }

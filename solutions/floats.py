@@ -113,8 +113,8 @@ def encode(x: float, fmt: FloatFormat, saturate: bool = False) -> int:
             give nan).
 
     Returns:
-        The pattern as an unsigned integer. A nan input gives the format's canonical quiet nan
-        (sign 0, exponent all ones, top mantissa bit set; S.1111.111 for E4M3).
+        The pattern as an unsigned integer. A nan input gives ``_nan_code(fmt)``, the one NaN
+        pattern this lesson uses (IEEE 754 leaves a NaN's sign and other mantissa bits free).
     """
     x = float(x)
     if math.isnan(x):
@@ -146,7 +146,9 @@ def encode(x: float, fmt: FloatFormat, saturate: bool = False) -> int:
 
 
 def _nan_code(fmt: FloatFormat) -> int:
-    """The canonical quiet nan: exponent all ones, top mantissa bit set (all ones for E4M3)."""
+    """The lesson's NaN: sign 0, exponent all ones, the quiet bit (top mantissa bit) alone;
+    0.1111.111 for E4M3, its only positive NaN. Any other NaN pattern is as correct; this one
+    is what ml_dtypes gives for +nan and RISC-V's canonical NaN."""
     if fmt.ieee_specials:
         return _exponent_all_ones(fmt) | (1 << (fmt.mantissa_bits - 1))
     return (1 << (fmt.exponent_bits + fmt.mantissa_bits)) - 1

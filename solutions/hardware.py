@@ -29,7 +29,9 @@ def load_hardware(path: str | Path = HARDWARE_JSON) -> dict[str, dict[str, Any]]
 
     Returns:
         ``{name: {"memory_bandwidth": bytes/s, "memory_bytes": bytes, "peak_flops": {dtype:
-        FLOP/s}, "peak_flops_with_sparsity": {...}, "source": str}}``. ``peak_flops`` is dense.
+        FLOP/s}, "peak_flops_with_sparsity": {...}, "source": str}}``. ``peak_flops`` is dense;
+        ``memory_bytes`` is the label's size (80 GB = 80e9 bytes). H100 SXM also has
+        ``"memory_reported"``: nvidia-smi's and CUDA's totals for the same card, as printed.
     """
     with open(path) as file:
         return json.load(file)["accelerators"]

@@ -1,34 +1,26 @@
-"""Lesson 08: inference, prefill and decode, and the KV cache.
+"""Lesson 08: inference, prefill and decode, the KV cache, and serving many requests at once.
 
-A model generates text one token at a time. Given a prompt of P tokens, the *prefill* is one
-forward pass over the whole prompt: lesson 04's count, L·(8·P·d² + 4·P·d·d_ff + 4·P²·d) + 2·P·d·V
-FLOPs, the full P x P square of attention scores included. Its logits at the last position give
-the first new token. Every further token is a *decode* step: the model is fed the token it has
-just produced and returns the logits of the next one. So a generation of n new tokens is one
-prefill and n - 1 decode steps, and the last new token is never fed to the model.
+A generation of n new tokens after a prompt of P is one *prefill* (a forward pass over the prompt,
+counted as lesson 04 counts it: logits at every prompt position, the whole P x P square of
+scores) and n - 1 *decode* steps of one token each; the last new token is never fed back, so the
+*KV cache* ends holding P + n - 1 tokens, 2·L·n_kv_heads·head_dim numbers each.
 
-A decode step needs, in every layer, the keys and values of every earlier token, and those do not
-change once computed (the mask is causal: no token sees a later one). The *KV cache* keeps them:
-per token and layer, n_kv_heads x head_dim keys and as many values, so the cache of T tokens of
-B sequences holds 2·L·n_kv_heads·head_dim·T·B numbers. With the cache, the decode step at
-context c (c tokens cached) runs one token through the weights, 8·d² + 4·d·d_ff FLOPs per layer,
-and one query against c + 1 keys (the c cached and its own), 4·(c + 1)·d FLOPs per layer, then
-its logits, 2·d·V. Without the cache, every further token runs the whole forward pass over the
-sequence so far again: the work of step k grows with P + k, and attention's with its square.
-
-One decode step does about 2 FLOPs per parameter and reads every parameter once: in bf16 that is
-one FLOP per byte, some 300 times below an H100's ridge point (lesson 03). Decode is memory bound.
-Sequences decoded together (a batch of B) share the reads of the weights but each reads its own
-cache, so the intensity of a step is 2·N·B / (N·bytes_per_param + B·context·kv_bytes_per_token),
-and the roofline bounds the step's time by max(FLOPs / peak, bytes / bandwidth). Grouped-query
-attention (n_kv_heads < n_heads, as in Llama 3) shrinks the cache, and so lets more sequences
-fit beside the weights and each step read fewer bytes.
+A decode step multiplies every weight matrix once per sequence, 2 FLOPs per parameter, and reads
+it once for the whole batch; the input embedding is a lookup (lesson 04), not a matmul, so the
+``n_params`` of the decode functions are the parameters a step multiplies: every matrix but an
+untied input embedding. A batch of B shares the weights' bytes, each sequence reads its own
+cache: 2·N·B FLOPs over N·bytes_per_param + B·context·kv_bytes_per_token bytes, and the roofline
+bounds the step by max(FLOPs / peak, bytes / bandwidth). A prefill of B prompts does 2·N·P·B
+FLOPs for the same weights' bytes: compute-bound, its time is the time to first token.
+``simulate_serving`` runs one server over a stream of requests, with static batching or with
+continuous batching (a request joins as soon as a slot is free), and averages what users wait.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import operator
 from fractions import Fraction
 
 from solutions.backprop import transformer_forward_flops
@@ -89,8 +81,10 @@ def generate_flops(n_layers: int, d_model: int, vocab_size: int, prompt_len: int
                    kv_cache: bool = True) -> dict[str, int]:
     """Matmul FLOPs of generating ``new_tokens`` tokens after a prompt, for one sequence.
 
-    The prefill is one forward pass over the prompt, as lesson 04 counts it (logits at every
-    prompt position, the full P x P score square); its last logits give the first new token.
+    The prefill is one forward pass over the prompt, as lesson 04 counts it and as
+    FlopCounterMode measures the lesson's model: logits at every prompt position and the whole
+    P x P score square (a serving engine computes the last position's logits only, and a causal
+    kernel skips the masked half of the square). Its last logits give the first new token.
     Each of the other new_tokens - 1 tokens is one decode step that feeds the token before it.
     The step that attends to T keys (T = P + 1, ..., P + new_tokens - 1):
 
@@ -131,13 +125,14 @@ def decode_intensity(n_params: float, batch_size: int, context_len: int,
                      kv_bytes_per_token: float, bytes_per_param: float = 2) -> float:
     """Arithmetic intensity of one decode step of a batch: FLOPs per byte read.
 
-    The step does 2·N FLOPs per sequence (every weight once, a multiply and an add) and reads
-    the weights once for the whole batch and each sequence's cache: N·bytes_per_param +
-    B·context·kv_bytes_per_token bytes. Attention's own FLOPs, 4·L·(c + 1)·d per sequence, are
-    left out, as are the activations' bytes.
+    The step does 2·N FLOPs per sequence (every weight it multiplies, a multiply and an add)
+    and reads those weights once for the whole batch and each sequence's cache:
+    N·bytes_per_param + B·context·kv_bytes_per_token bytes. Attention's own FLOPs, 4·L·(c + 1)·d
+    per sequence, are left out, as are the activations' bytes.
 
     Args:
-        n_params: N, the model's parameters (> 0).
+        n_params: N, the parameters a step multiplies (> 0): every weight matrix but an untied
+            input embedding, which is a lookup of B rows.
         batch_size: B, sequences decoded together (>= 1).
         context_len: tokens in each sequence's cache (>= 0).
         kv_bytes_per_token: bytes of one token's keys and values in every layer (> 0), e.g.
@@ -159,11 +154,13 @@ def max_batch_size(gpu_bytes: float, n_params: float, context_len: int,
                    kv_bytes_per_token: float, bytes_per_param: float = 2) -> int:
     """The most sequences whose KV caches of ``context_len`` tokens fit beside the weights.
 
-    Activations and the framework's own memory are left out: this is an upper bound.
+    ``gpu_bytes`` is the budget for the weights and the caches alone: whatever else the GPU must
+    hold (the CUDA context, NCCL's buffers, the allocator's slack, activations) is kept back
+    from it first.
 
     Args:
-        gpu_bytes: memory to fill, in bytes (> 0), e.g. 80e9 for an H100.
-        n_params: N, the model's parameters (> 0).
+        gpu_bytes: bytes for weights and caches (> 0), e.g. 72e9: 90% of an H100's 80e9.
+        n_params: N, the parameters stored (> 0), the input embedding included.
         context_len: tokens each sequence's cache holds (>= 1).
         kv_bytes_per_token: bytes of one token's keys and values in every layer (> 0).
         bytes_per_param: bytes of one weight (> 0; 2 for bf16).
@@ -217,6 +214,117 @@ def decode_tokens_per_second(n_params: float, batch_size: int, context_len: int,
     compute_seconds = 2 * n * batch / peak
     memory_seconds = (n * per_param + batch * context * per_token) / beta
     return batch / max(compute_seconds, memory_seconds)
+
+
+def prefill_seconds(n_params: float, prompt_len: int, batch_size: int, peak_flops: float,
+                    bandwidth: float, bytes_per_param: float = 2) -> float:
+    """The roofline's bound on the time of one prefill of ``batch_size`` prompts.
+
+    The prefill runs P·B tokens through the weights in one pass: 2·N·P·B FLOPs, for one read of
+    the weights, N·bytes_per_param bytes; it takes at least max(FLOPs / peak, bytes / bandwidth).
+    Its end is the time to first token. Attention's FLOPs, the cache it writes and the
+    activations are left out, as in ``decode_intensity``.
+
+    Args:
+        n_params: N, the parameters a forward pass multiplies (> 0), as in ``decode_intensity``.
+        prompt_len: P, tokens in each prompt (>= 1).
+        batch_size: B, prompts prefilled together (>= 1).
+        peak_flops: FLOP/s of the accelerator (> 0).
+        bandwidth: its memory bandwidth, bytes/s (> 0).
+        bytes_per_param: bytes of one weight (> 0; 2 for bf16).
+
+    Returns:
+        max(2·N·P·B / peak_flops, N·bytes_per_param / bandwidth), seconds, a float.
+    """
+    n = _positive_number("n_params", n_params)
+    prompt = _integer("prompt_len", prompt_len, 1)
+    batch = _integer("batch_size", batch_size, 1)
+    peak = _positive_number("peak_flops", peak_flops)
+    beta = _positive_number("bandwidth", bandwidth)
+    per_param = _positive_number("bytes_per_param", bytes_per_param)
+    return float(max(2 * n * prompt * batch / peak, n * per_param / beta))
+
+
+def _request(request: object) -> tuple[float, int, int]:
+    """``(arrival_seconds, prompt_len, new_tokens)`` checked: ValueError for anything else."""
+    if not isinstance(request, (tuple, list)) or len(request) != 3:
+        raise ValueError(f"a request is (arrival_seconds, prompt_len, new_tokens), got {request!r}")
+    arrival, prompt, new = request
+    if (isinstance(arrival, bool) or not isinstance(arrival, numbers.Real)
+            or not math.isfinite(arrival) or arrival < 0):
+        raise ValueError(f"arrival_seconds must be a finite number >= 0, got {arrival!r}")
+    for name, value in (("prompt_len", prompt), ("new_tokens", new)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return arrival, int(prompt), int(new)
+
+
+def simulate_serving(requests: list[tuple[float, int, int]], max_batch: int,
+                     prefill_seconds_per_token: float, decode_seconds_per_step: float,
+                     policy: str) -> dict[str, float]:
+    """One server over a stream of requests: tokens per second, and what users wait.
+
+    Time runs in seconds from 0. A request's prefill takes prompt_len·prefill_seconds_per_token,
+    runs alone and yields its first token. A decode step takes decode_seconds_per_step whatever
+    the batch (memory-bound) and gives every running request one more token; a request is done
+    after new_tokens - 1 steps and leaves its slot at once. Admission is first come first served
+    (by arrival, ties in list order) among the requests arrived when it starts; each admitted
+    request is prefilled in turn, and one arriving meanwhile waits for the next admission.
+    ``"static"`` admits up to max_batch requests when nothing is running, then decodes until all
+    are done; ``"continuous"`` admits into free slots before every decode step. A server with
+    nothing running and nothing arrived waits for the next arrival.
+
+    Args:
+        requests: ``(arrival_seconds, prompt_len, new_tokens)`` triples (at least one):
+            arrival a finite number >= 0, prompt_len and new_tokens integers >= 1.
+        max_batch: the most requests running at once (>= 1).
+        prefill_seconds_per_token, decode_seconds_per_step: seconds (> 0).
+        policy: ``"static"`` or ``"continuous"``.
+
+    Returns:
+        ``{"tokens_per_second", "mean_time_to_first_token", "mean_time_per_output_token",
+        "mean_latency"}`` -> floats: all new tokens / (last finish - first arrival); the means
+        over requests of first token - arrival, of (finish - first token) / (new_tokens - 1)
+        (over requests with new_tokens > 1; nan when there are none), and of finish - arrival.
+    """
+    if not isinstance(requests, (tuple, list)) or not requests:
+        raise ValueError(f"requests must be a non-empty list of requests, got {requests!r}")
+    if policy not in ("static", "continuous"):
+        raise ValueError(f"policy must be 'static' or 'continuous', got {policy!r}")
+    slots = _integer("max_batch", max_batch, 1)
+    per_token = _positive_number("prefill_seconds_per_token", prefill_seconds_per_token)
+    per_step = _positive_number("decode_seconds_per_step", decode_seconds_per_step)
+    checked = [_request(r) for r in requests]
+    order = sorted(range(len(checked)), key=lambda i: checked[i][0])  # stable: list order
+    first, done = [0.0] * len(checked), [0.0] * len(checked)  # seconds, by request
+    running: dict[int, int] = {}  # request -> decode steps still to run
+    now, admitted = 0.0, 0  # order[admitted:] are still waiting
+    while admitted < len(order) or running:
+        if not running and checked[order[admitted]][0] > now:  # idle: wait for an arrival
+            now = checked[order[admitted]][0]
+        if policy == "continuous" or not running:
+            opened, free = now, slots - len(running)  # who has arrived when admission opens
+            while free and admitted < len(order) and checked[order[admitted]][0] <= opened:
+                i, admitted, free = order[admitted], admitted + 1, free - 1
+                now += checked[i][1] * per_token  # its prefill, alone: its first token
+                first[i] = done[i] = now
+                if checked[i][2] > 1:
+                    running[i] = checked[i][2] - 1
+        if running:
+            now += per_step  # one decode step: one more token for every running request
+            for i in list(running):
+                running[i] -= 1
+                if running[i] == 0:
+                    done[i] = now
+                    del running[i]
+    arrivals = [arrival for arrival, _, _ in checked]
+    per_output = [(done[i] - first[i]) / (new - 1) for i, (_, _, new) in enumerate(checked)
+                  if new > 1]
+    return {"tokens_per_second": sum(new for _, _, new in checked) / (max(done) - min(arrivals)),
+            "mean_time_to_first_token": sum(map(operator.sub, first, arrivals)) / len(checked),
+            "mean_time_per_output_token": (sum(per_output) / len(per_output) if per_output
+                                           else math.nan),
+            "mean_latency": sum(map(operator.sub, done, arrivals)) / len(checked)}
 
 
 # ------------------------------------------------------------------ predictions

@@ -1,12 +1,12 @@
 """Lesson 08's explorer: serving a model on GPUs, its memory and the roofline's tokens per second.
 
-``serving_plan`` adds up what lesson 08 counts for one decode step of a batch: the weights' bytes,
-the KV cache of ``kv_cache_bytes``, the largest batch of ``max_batch_size``, the intensity of
-``decode_intensity`` against lesson 03's ``ridge_point``, and the bound of
-``decode_tokens_per_second``. ``serving_explorer`` is the ipywidgets panel the notebook shows: a
-model from ``models.json``, a GPU from ``hardware.json`` and how many of them, the batch, the
-context and the dtypes of the weights and of the cache; every number it shows comes from
-``serving_plan`` and lesson 04's ``model_params``.
+``serving_plan`` adds up what lesson 08 counts for a batch: the weights' bytes, the KV cache of
+``kv_cache_bytes``, the memory left for them once ``MEMORY_RESERVE`` is kept back, the largest
+batch of ``max_batch_size``, the intensity of ``decode_intensity`` against lesson 03's
+``ridge_point``, the bound of ``decode_tokens_per_second`` and the time to first token of
+``prefill_seconds``. ``serving_explorer`` is the ipywidgets panel the notebook shows: a model
+from ``models.json``, a GPU from ``hardware.json`` and how many of them, the batch, the context,
+the weights' format and the cache's dtype; every number it shows comes from ``serving_plan``.
 """
 
 from __future__ import annotations
@@ -20,22 +20,29 @@ from solutions.inference import (
     decode_tokens_per_second,
     kv_cache_bytes,
     max_batch_size,
+    prefill_seconds,
 )
+from solutions.serving import MEMORY_RESERVE, decode_params, serving_budget
 
-# Bytes of one stored weight, and of one cached key or value number.
-WEIGHT_BYTES = {"bf16": 2, "fp8": 1, "int4": 0.5}
-CACHE_BYTES = {"bf16": 2, "fp8": 1}
+# Each format of the weights: bytes of one stored weight, and the dtype the matmuls run in.
+# fp8 matmuls need both operands in fp8: the weights and the activations (W8A8). Weights
+# stored in fp8 or int4 alone are turned into bf16 as they are read, and multiplied in bf16.
+WEIGHT_FORMATS = {"bf16": (2, "bf16"), "fp8 (W8A8)": (1, "fp8"),
+                  "fp8, weights only": (1, "bf16"), "int4, weights only": (0.5, "bf16")}
+CACHE_BYTES = {"bf16": 2, "fp8": 1}  # bytes of one cached key or value number
 
 
 def serving_plan(shape: dict, gpu: dict, n_gpus: int, batch_size: int, context_len: int,
-                 weight_dtype: str = "bf16", cache_dtype: str = "bf16") -> dict:
-    """Memory and speed of decode steps of ``batch_size`` sequences at ``context_len`` tokens.
+                 weight_format: str = "bf16", cache_dtype: str = "bf16",
+                 reserve: float = MEMORY_RESERVE) -> dict:
+    """Memory and speed of ``batch_size`` sequences at ``context_len`` tokens.
 
     The ``n_gpus`` GPUs act as one device with n times the memory, bandwidth and FLOP/s (ideal
-    tensor parallelism: its communication is left out). The step computes in fp8 when the
-    weights are fp8 and the GPU has fp8 tensor cores, in bf16 otherwise (int4 weights are turned
-    into bf16 as they are read). Activations, the framework's own memory and attention's FLOPs
-    are left out, as in ``decode_intensity``.
+    tensor parallelism: its communication is left out). Memory is the label's (80 GB = 80e9
+    bytes), and ``reserve`` of it is kept back for the CUDA context, NCCL's buffers, the
+    allocator and activations; the weights and the caches share the rest. The matmuls run in
+    the weight format's dtype where the GPU has it (fp8 needs W8A8), in bf16 otherwise.
+    Attention's FLOPs are left out, as in ``decode_intensity``.
 
     Args:
         shape: a ``models.json`` entry (n_layers, d_model, n_heads, n_kv_heads, ...).
@@ -43,42 +50,51 @@ def serving_plan(shape: dict, gpu: dict, n_gpus: int, batch_size: int, context_l
         n_gpus: GPUs serving the model together (>= 1).
         batch_size: sequences decoded together (>= 1).
         context_len: tokens in each sequence's cache (>= 1).
-        weight_dtype, cache_dtype: keys of ``WEIGHT_BYTES`` and ``CACHE_BYTES``.
+        weight_format, cache_dtype: keys of ``WEIGHT_FORMATS`` and ``CACHE_BYTES``.
+        reserve: the share of the memory kept back (0 <= reserve < 1).
 
     Returns:
-        A dict: n_params, kv_bytes_per_token, weights and cache (bytes), memory (of all the
-        GPUs), fits, max_batch (None when the weights alone do not fit), intensity, ridge,
-        bound ("memory" or "compute"), tokens_per_second (the roofline's bound), peak_flops,
-        bandwidth and compute_dtype.
+        A dict: n_params (stored) and n_step (multiplied by a step), kv_bytes_per_token,
+        weights and cache (bytes), memory (of all the GPUs), budget (memory less the reserve),
+        fits, max_batch (None when the weights alone do not fit), intensity, ridge, bound
+        ("memory" or "compute"), tokens_per_second (the roofline's bound; None when the batch
+        does not fit), time_per_output_token (seconds, None likewise), time_to_first_token
+        (the prefill of one prompt of context_len tokens, alone), peak_flops, bandwidth and
+        compute_dtype.
     """
     if n_gpus < 1:
         raise ValueError(f"n_gpus must be >= 1, got {n_gpus!r}")
-    n_params = model_params(shape)
-    per_param = WEIGHT_BYTES[weight_dtype]
+    n_params, n_step = model_params(shape), decode_params(shape)
+    per_param, wanted = WEIGHT_FORMATS[weight_format]
     head_dim = shape["d_model"] // shape["n_heads"]
     cache_element = CACHE_BYTES[cache_dtype]
     kv_per_token = kv_cache_bytes(shape["n_layers"], shape["n_kv_heads"], head_dim, 1, 1,
                                   cache_element)
-    compute_dtype = "fp8" if weight_dtype == "fp8" and "fp8" in gpu["peak_flops"] else "bf16"
+    compute_dtype = wanted if wanted in gpu["peak_flops"] else "bf16"
     memory = n_gpus * gpu["memory_bytes"]
+    budget = serving_budget(memory, reserve)
     peak = n_gpus * gpu["peak_flops"][compute_dtype]
     bandwidth = n_gpus * gpu["memory_bandwidth"]
     weights = n_params * per_param
     cache = kv_cache_bytes(shape["n_layers"], shape["n_kv_heads"], head_dim, context_len,
                            batch_size, cache_element)
     try:
-        largest = max_batch_size(memory, n_params, context_len, kv_per_token, per_param)
+        largest = max_batch_size(budget, n_params, context_len, kv_per_token, per_param)
     except ValueError:  # the weights alone do not fit
         largest = None
-    intensity = decode_intensity(n_params, batch_size, context_len, kv_per_token, per_param)
+    fits = weights + cache <= budget
+    intensity = decode_intensity(n_step, batch_size, context_len, kv_per_token, per_param)
     ridge = ridge_point(peak, bandwidth)
-    return {"n_params": n_params, "kv_bytes_per_token": kv_per_token, "weights": weights,
-            "cache": cache, "memory": memory, "fits": weights + cache <= memory,
-            "max_batch": largest, "intensity": intensity, "ridge": ridge,
+    tokens = (decode_tokens_per_second(n_step, batch_size, context_len, kv_per_token, peak,
+                                       bandwidth, per_param) if fits else None)
+    return {"n_params": n_params, "n_step": n_step, "kv_bytes_per_token": kv_per_token,
+            "weights": weights, "cache": cache, "memory": memory, "budget": budget,
+            "fits": fits, "max_batch": largest, "intensity": intensity, "ridge": ridge,
             "bound": "compute" if intensity >= ridge else "memory",
-            "tokens_per_second": decode_tokens_per_second(n_params, batch_size, context_len,
-                                                          kv_per_token, peak, bandwidth,
-                                                          per_param),
+            "tokens_per_second": tokens,
+            "time_per_output_token": None if tokens is None else batch_size / tokens,
+            "time_to_first_token": prefill_seconds(n_step, context_len, 1, peak, bandwidth,
+                                                   per_param),
             "peak_flops": peak, "bandwidth": bandwidth, "compute_dtype": compute_dtype}
 
 
@@ -97,36 +113,46 @@ def plan_html(plan: dict, gpu_name: str, n_gpus: int, batch_size: int) -> str:
     """The explorer's table and memory bar for one plan."""
     scale = max(plan["weights"] + plan["cache"], plan["memory"])
     gpus = f"{n_gpus} x {gpu_name}" if n_gpus > 1 else f"one {gpu_name}"
-    largest = plan["max_batch"]
+    largest, tokens = plan["max_batch"], plan["tokens_per_second"]
+    sequences = "1 sequence" if batch_size == 1 else f"{batch_size:,} sequences"
     rows = [
         _row("weights", '<span style="color:#0072B2">&#9632;</span> weights', plan["weights"],
              _gb(plan["weights"])),
-        _row("cache", f'<span style="color:#E69F00">&#9632;</span> KV cache, {batch_size} '
-             "sequences", plan["cache"], _gb(plan["cache"])),
+        _row("cache", f'<span style="color:#E69F00">&#9632;</span> KV cache, {sequences}',
+             plan["cache"], _gb(plan["cache"])),
         _row("memory", gpus, plan["memory"], _gb(plan["memory"])),
+        _row("budget", f"for weights and caches ({1 - plan['budget'] / plan['memory']:.0%} "
+             "kept back)", plan["budget"], _gb(plan["budget"])),
         _row("max_batch", "largest batch that fits", largest,
              "none: the weights alone do not fit" if largest is None else f"{largest:,}"),
         _row("intensity", "FLOPs per byte of a step", plan["intensity"],
              f"{plan['intensity']:,.1f}"),
         _row("ridge", f"ridge point ({plan['compute_dtype']})", plan["ridge"],
              f"{plan['ridge']:,.0f}"),
-        _row("tokens_per_second", "tokens/s at most (roofline)", plan["tokens_per_second"],
-             f"{plan['tokens_per_second']:,.0f}"),
+        _row("tokens_per_second", "tokens/s at most (roofline)", tokens,
+             "none: the batch does not fit" if tokens is None else f"{tokens:,.0f}"),
+        _row("time_per_output_token", "time per output token", plan["time_per_output_token"],
+             "none" if tokens is None else f"{plan['time_per_output_token'] * 1e3:,.1f} ms"),
+        _row("time_to_first_token", "prefill of one prompt of the context",
+             plan["time_to_first_token"], f"{plan['time_to_first_token'] * 1e3:,.1f} ms"),
     ]
     bar = "".join(f'<div style="width:{100 * plan[part] / scale:.3f}%;background:{colour}"></div>'
                   for part, colour in (("weights", "#0072B2"), ("cache", "#E69F00")))
     if plan["fits"]:
-        verdict = f"fits, {_gb(plan['memory'] - plan['weights'] - plan['cache'])} to spare"
+        verdict = f"fits, {_gb(plan['budget'] - plan['weights'] - plan['cache'])} to spare"
     else:
-        verdict = f"does not fit: {_gb(plan['weights'] + plan['cache'] - plan['memory'])} too much"
-    bound = (f"a step is {plan['bound']}-bound: {plan['intensity']:,.1f} FLOPs per byte, "
+        verdict = f"does not fit: {_gb(plan['weights'] + plan['cache'] - plan['budget'])} too much"
+    bound = (f"a step {'is' if plan['fits'] else 'would be'} {plan['bound']}-bound: "
+             f"{plan['intensity']:,.1f} FLOPs per byte, "
              f"{'above' if plan['bound'] == 'compute' else 'below'} the ridge point")
     return ('<div class="ctc-serving" style="font-size:15px;line-height:1.5">'
             '<table style="border-collapse:collapse;min-width:420px">' + "".join(rows)
             + '</table><div style="position:relative;width:600px;height:26px;margin:8px 0;'
             'background:#eee;display:flex">' + bar
-            + f'<div style="position:absolute;left:{100 * plan["memory"] / scale:.3f}%;'
-            'top:-4px;height:34px;border-left:3px dashed black"></div></div>'
+            + f'<div style="position:absolute;left:{100 * plan["budget"] / scale:.3f}%;'
+            'top:-4px;height:34px;border-left:3px dashed black"></div>'
+            f'<div style="position:absolute;left:{100 * plan["memory"] / scale:.3f}%;'
+            'top:-4px;height:34px;border-left:3px solid black"></div></div>'
             f'<div data-fits="{str(plan["fits"]).lower()}" style="font-weight:bold;color:'
             f'{"#007a33" if plan["fits"] else "#b00020"}">{verdict}</div>'
             f'<div data-bound="{plan["bound"]}">{bound}</div></div>')
@@ -158,8 +184,8 @@ def serving_explorer(models: dict[str, dict], accelerators: dict[str, dict]) -> 
                                             description="batch (sequences)"), "batch")
     context = control(widgets.SelectionSlider(options=[2**k for k in range(7, 18)], value=4096,
                                               description="context (tokens)"), "context")
-    weight_dtype = control(widgets.Dropdown(options=list(WEIGHT_BYTES), value="bf16",
-                                            description="weights"), "weights")
+    weight_format = control(widgets.Dropdown(options=list(WEIGHT_FORMATS), value="bf16",
+                                             description="weights"), "weights")
     cache_dtype = control(widgets.Dropdown(options=list(CACHE_BYTES), value="bf16",
                                            description="KV cache"), "cache")
     heading = widgets.HTML()
@@ -168,16 +194,17 @@ def serving_explorer(models: dict[str, dict], accelerators: dict[str, dict]) -> 
     def update(_change: object = None) -> None:
         shape = models[model.value]
         plan = serving_plan(shape, accelerators[gpu.value], n_gpus.value, batch.value,
-                            context.value, weight_dtype.value, cache_dtype.value)
+                            context.value, weight_format.value, cache_dtype.value)
         beyond = (f" (beyond its trained context of {shape['context_length']:,})"
                   if context.value > shape["context_length"] else "")
         heading.value = (f"<b>{model.value}</b>: {plan['n_params'] / 1e9:,.2f} billion "
-                         f"parameters, {shape['n_kv_heads']} KV heads for {shape['n_heads']} "
+                         f"parameters stored, {plan['n_step'] / 1e9:,.2f} billion multiplied "
+                         f"by a step, {shape['n_kv_heads']} KV heads for {shape['n_heads']} "
                          f"query heads, {plan['kv_bytes_per_token'] / 1024:,.0f} KiB of cache "
                          f"per token; {batch.value} x {context.value:,} tokens{beyond}")
         shown.value = plan_html(plan, gpu.value, n_gpus.value, batch.value)
 
-    controls = [model, gpu, n_gpus, batch, context, weight_dtype, cache_dtype]
+    controls = [model, gpu, n_gpus, batch, context, weight_format, cache_dtype]
     for widget in controls:
         widget.observe(update, names="value")
     update()

@@ -187,7 +187,8 @@ def quantize_blockwise(
 
     Returns:
         (q, scales): q, int8, shape (x.numel(),), not padded, so it takes one byte per element;
-        scales, float32, shape (ceil(x.numel() / block_size),), each block's absmax.
+        scales, float32, shape (ceil(x.numel() / block_size),), each block's absmax. A tensor
+        with no elements gives two empty tensors.
     """
     block_size = operator.index(block_size)
     if block_size < 1:
@@ -329,12 +330,6 @@ def _zeroed_share() -> float:
     a, y = least_squares_problem()
     first_v = 0.001 * (2 * a.T @ (-y) / len(y)) ** 2
     return (through_code(first_v, LINEAR_CODE) == 0).float().mean().item()
-
-# The memory of one H100 80GB HBM3 (SXM) as nvidia-smi reports it, 81559 MiB (NVIDIA/nccl
-# issue #1264 shows the output; modal-labs/modal-client pull request #2797 lists it as
-# 85520809984 bytes): 85.5e9 bytes, 79.65 GiB. The course uses the datasheet's "80 GB" as
-# 80e9 bytes (data/hardware.json), a convention about 6% below it.
-H100_NVIDIA_SMI_BYTES = 81_559 * 2**20
 
 # Answers to the notebook's "predict first" questions. The notebook holds them sealed, and
 # tests/test_notebooks.py checks that each sealed answer is the constant of the same name here.

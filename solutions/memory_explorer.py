@@ -97,7 +97,8 @@ def smallest_gpu_count(n_params: int, n_layers: int, d_model: int, n_heads: int,
 
 
 def _gb(n_bytes: float) -> str:
-    """Bytes as decimal gigabytes, as the explorer shows them."""
+    """Bytes as decimal gigabytes (1e9 bytes), as the explorer shows them and as a GPU's label
+    reads: an H100's 80 GB is 80e9 bytes in every budget of the course."""
     return f"{n_bytes / 1e9:,.1f} GB"
 
 
@@ -131,8 +132,9 @@ def budget_html(budget: dict[str, int], gpu_name: str, gpu_bytes: float,
         + f'<tr data-part="total" style="font-weight:bold;border-top:1px solid #888">'
         f'<td>total per GPU</td><td style="text-align:right" data-bytes="{total}" '
         f'title="{total:,} bytes">{_gb(total)}</td></tr>'
-        f'<tr data-part="capacity"><td>one {gpu_name}</td><td style="text-align:right" '
-        f'data-bytes="{int(gpu_bytes)}">{_gb(gpu_bytes)}</td></tr></table>'
+        f'<tr data-part="capacity"><td>one {gpu_name}, as labelled</td>'
+        f'<td style="text-align:right" data-bytes="{int(gpu_bytes)}" title="{int(gpu_bytes):,} '
+        f'bytes: the label\'s GB, 1e9 bytes each">{_gb(gpu_bytes)}</td></tr></table>'
         '<div style="position:relative;width:600px;height:26px;margin:8px 0;'
         'background:#eee;display:flex">' + "".join(segments)
         + f'<div style="position:absolute;left:{capacity_left:.3f}%;top:-4px;height:34px;'
@@ -147,7 +149,8 @@ def memory_budget_explorer(models: dict[str, dict], accelerators: dict[str, dict
     Args:
         models: ``models.json``'s ``"models"``: each with n_layers, d_model, n_heads, d_ff,
             mlp_matrices, vocab_size, context_length, tied_embeddings and dropout.
-        accelerators: ``hardware.json``'s ``"accelerators"``: each with memory_bytes.
+        accelerators: ``hardware.json``'s ``"accelerators"``: each with memory_bytes, the
+            label's bytes (80 GB = 80e9), the convention of every budget in lesson 05.
 
     Returns:
         The panel (display it).

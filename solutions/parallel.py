@@ -1,26 +1,18 @@
 """Lesson 07: many devices, sharding and the bytes on the wire.
 
-Training on n devices splits something n ways: the batch (data parallel), the optimizer state,
-gradients and weights (ZeRO, FSDP), each matrix (tensor parallel) or the stack of layers
-(pipeline parallel). Every split saves memory or time on each device and costs bytes that the
-devices must send each other, through *collectives*: all-reduce (every rank ends with the sum of
-all ranks' tensors), reduce-scatter (every rank ends with the sum of one n-th of them),
-all-gather (every rank ends with every rank's n-th) and all-to-all (every rank sends a distinct
-n-th to each other rank).
+Training on n devices splits the batch (data parallel), the optimizer state, gradients and
+weights (ZeRO, FSDP), each matrix (tensor parallel) or the stack of layers (pipeline parallel),
+and the devices pay in bytes sent through *collectives*: all-reduce (every rank ends with the
+sum of all ranks' tensors), reduce-scatter (with the sum of one n-th of them), all-gather (with
+every rank's n-th) and all-to-all (every rank sends a distinct n-th to each other rank).
 
 Conventions: ``B`` is the size in bytes of the whole, unsharded tensor and ``n`` the number of
-ranks. The counts are of the bandwidth-optimal algorithms NCCL uses for large tensors. A ring
-all-reduce is a reduce-scatter followed by an all-gather, and in each of them a rank sends
-n - 1 chunks of B / n bytes. No rank can send less: in an all-gather every rank must receive the
-(n - 1) n-ths it lacks, and in a ring each byte a rank receives is a byte its neighbour sent, so
-the ring is as fast as one link allows. An all-to-all is no ring: each rank sends its distinct
-B / n to each other rank directly (point to point, through a switch such as NVSwitch), (n - 1)
-of them; forwarded around a ring it would cost each rank (n - 1) B / 2. (NCCL-tests print these
-counts as "bus bandwidth": algorithm bandwidth B / t times 2(n-1)/n for all-reduce, (n-1)/n for
-the others.)
-
-Every function here is pure and runs in one process; lesson 07's measurements start several
-processes with a helper script, and compare them with these counts.
+ranks. The counts are the ring's, the bandwidth-optimal algorithm among those in which the ranks
+add the numbers up themselves: a rank can send no less than the (n - 1) n-ths it must receive.
+An all-to-all goes directly between every pair of ranks (through a switch such as NVSwitch).
+NCCL picks its algorithm per call (ring, tree, and on H100 nodes NVLink SHARP, in which the
+switch adds the numbers and each GPU sends less); NCCL-tests print the ring's count per second
+as "bus bandwidth". Every function here is pure and runs in one process.
 """
 
 from __future__ import annotations
@@ -97,13 +89,13 @@ def ring_all_reduce(shards: list[Tensor]) -> tuple[list[Tensor], int]:
     (r + 1 - s) % n, complete, and the receiver overwrites its copy. After 2(n - 1) steps every
     rank holds the whole sum.
 
-    Each chunk is summed once, around the ring, and then copied: every rank ends with the same
-    bits. Those bits are a sum in the ring's order, which for floats can differ in the last
-    bits from ``sum(shards)`` (addition of floats is not associative).
+    Each chunk is summed once, around the ring, then copied: every rank ends with the same bits,
+    which for floats can differ in the last bits from ``sum(shards)`` (another order).
 
     Args:
-        shards: n >= 1 one-dimensional tensors of one dtype and one device, each of the same
-            length, a multiple of n (one equal chunk per rank). They are not modified.
+        shards: n >= 1 one-dimensional tensors of one dtype (float or integer), one device and
+            one length, a multiple of n; a length of 0 gives n empty chunks and sends no byte.
+            They are not modified.
 
     Returns:
         (every rank's result, new tensors; the bytes each rank sent, which is
@@ -127,10 +119,10 @@ def ring_all_reduce(shards: list[Tensor]) -> tuple[list[Tensor], int]:
     if first.numel() % n:
         raise ValueError(f"length {first.numel()} does not split into {n} equal chunks: pad "
                          f"every tensor to a multiple of {n}")
-    chunk = first.numel() // n
-    # chunks[r][c]: rank r's copy of chunk c (views into rank r's own buffer)
+    # chunks[r][c]: rank r's copy of chunk c, a view into rank r's own buffer (tensor_split
+    # gives n views even of an empty tensor, where split would give one)
     buffers = [t.detach().clone() for t in shards]
-    chunks = [list(buffer.split(chunk)) if chunk else [buffer] * n for buffer in buffers]
+    chunks = [list(buffer.tensor_split(n)) for buffer in buffers]
     sent = 0
     for step in range(n - 1):  # reduce-scatter
         outgoing = [chunks[r][(r - step) % n].clone() for r in range(n)]  # all send at once
@@ -163,9 +155,11 @@ def zero_bytes_per_device(n_params: int, world_size: int, stage: int, bytes_per_
 
     with p, g, k the bytes per parameter of weights, gradients and optimizer state. The
     defaults are the paper's mixed precision with Adam: fp16 weights and gradients (2 + 2) and
-    K = 12 (fp32 master weights, m and v), 16 bytes per parameter in all. PyTorch's FSDP is
-    stage 3 (``FULL_SHARD``) or 2 (``SHARD_GRAD_OP``); ``ZeroRedundancyOptimizer`` is stage 1,
-    but it gives each rank whole parameters, so its shards are only roughly equal.
+    K = 12 (fp32 master weights, m and v), 16 bytes per parameter in all (18 with fp32
+    gradients, g = 4). FSDP's ``FULL_SHARD`` is stage 3; its ``SHARD_GRAD_OP`` is stage 2 while
+    it computes but shards the weights between steps, where ZeRO-2 keeps them whole.
+    ``ZeroRedundancyOptimizer`` is stage 1 with whole parameters per rank: shards only roughly
+    equal.
 
     Args:
         n_params: N, the model's parameters (>= 0).
@@ -190,7 +184,8 @@ def zero_bytes_per_device(n_params: int, world_size: int, stage: int, bytes_per_
 
 
 def zero_comm_bytes(n_params: int, world_size: int, stage: int, bytes_per_param: int = 2) -> int:
-    """Bytes one rank sends in one training step under ZeRO (Rajbhandari et al. 2020, sec. 7).
+    """Bytes one rank sends in one training step of one micro-batch under ZeRO (Rajbhandari et
+    al. 2020, sec. 7). ``accumulation_comm_bytes`` counts a step of several micro-batches.
 
     Stages 0 to 2 send 2 (n-1) S p: an all-reduce of the gradients (stage 0), or its two halves
     apart, a reduce-scatter of the gradients and, after each rank has updated its shard, an
@@ -220,6 +215,61 @@ def zero_comm_bytes(n_params: int, world_size: int, stage: int, bytes_per_param:
             + gathers * collective_bytes("all_gather", padded, n))
 
 
+def accumulation_comm_bytes(n_params: int, world_size: int, stage: int, microbatches: int,
+                            keep_unsharded: bool = False, bytes_per_param: int = 2,
+                            bytes_per_grad: int = 2) -> int:
+    """Bytes one rank sends in one optimizer step of ``microbatches`` micro-batches (gradient
+    accumulation) under ZeRO ``stage``.
+
+    With S = ceil(N / n) (the flat buffer padded to n S values), a reduce-scatter of the
+    gradients sends (n-1) S g bytes and an all-gather of the weights (n-1) S p; one micro-batch
+    sends ``zero_comm_bytes``'s count. Per step:
+
+        stage   resharding every micro-batch (default)     keep_unsharded=True
+        0       one all-reduce of the gradients, 2 (n-1) S g (DDP's no_sync until the last)
+        1       one reduce-scatter + one all-gather         the same
+        2       m reduce-scatters + one all-gather          one + one, as stage 1
+        3       m reduce-scatters + 2 m all-gathers         one + one, as stage 1
+
+    Stages 0 and 1 keep whole gradients, so they reduce once, after the last micro-batch;
+    stage 2 keeps only its shard of them, so each backward pass must reduce-scatter at once;
+    stage 3 also all-gathers its sharded weights for every forward and every backward pass.
+    ``keep_unsharded`` holds whole gradients (and the gathered weights) across micro-batches:
+    stage 1's traffic and stage 1's memory (FSDP's ``set_requires_gradient_sync(False)``, with
+    ``reshard_after_forward=False`` and ``set_reshard_after_backward(False)`` for stage 3).
+
+    Args:
+        n_params: N (>= 0).
+        world_size: n (>= 1); one rank sends nothing.
+        stage: 0, 1, 2 or 3.
+        microbatches: m, micro-batches per optimizer step (>= 1).
+        keep_unsharded: True or False (it changes nothing for stages 0 and 1).
+        bytes_per_param, bytes_per_grad: p and g, bytes of a weight as all-gathered and of a
+            gradient as reduced (>= 0; 2 for bf16, 4 for fp32).
+
+    Returns:
+        The bytes, an int.
+    """
+    n_elements = _integer("n_params", n_params, 0)
+    n = _integer("world_size", world_size, 1)
+    stage = _integer("stage", stage, 0)
+    if stage not in ZERO_STAGES:
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage}")
+    m = _integer("microbatches", microbatches, 1)
+    if type(keep_unsharded) is not bool:
+        raise TypeError(f"keep_unsharded must be True or False, got {keep_unsharded!r}")
+    p = _integer("bytes_per_param", bytes_per_param, 0)
+    g = _integer("bytes_per_grad", bytes_per_grad, 0)
+    padded = _sharded(n_elements, n) * n  # values in the flat buffer
+    reduce_scatter = collective_bytes("reduce_scatter", padded * g, n)
+    all_gather = collective_bytes("all_gather", padded * p, n)
+    if stage == 0:  # an all-reduce of the gradients: a reduce-scatter and an all-gather of them
+        return 2 * reduce_scatter
+    if stage == 1 or keep_unsharded:
+        return reduce_scatter + all_gather
+    return m * reduce_scatter + (all_gather if stage == 2 else 2 * m * all_gather)
+
+
 def allreduce_seconds(tensor_bytes: float, world_size: int, bandwidth: float,
                       latency: float = 0.0) -> float:
     """The alpha-beta model of a ring all-reduce: 2 (n-1) alpha + 2 (n-1)/n B / beta.
@@ -247,8 +297,10 @@ def allreduce_seconds(tensor_bytes: float, world_size: int, bandwidth: float,
 
 def min_tokens_to_hide_allreduce(peak_flops: float, bandwidth: float, world_size: int,
                                  bytes_per_grad: int = 2) -> float:
-    """The fewest tokens per rank per step for which the backward pass lasts as long as the
-    all-reduce of the gradients, so that the all-reduce can hide behind it.
+    """The fewest tokens in the backward pass that the gradients' all-reduce overlaps for that
+    pass to last as long as the all-reduce, which can then hide behind it: a rank's tokens per
+    step, or with gradient accumulation one micro-batch's (the all-reduce after the last one
+    overlaps that micro-batch's backward pass only).
 
     The backward pass does 4 N FLOPs per token (lesson 04), 4 N T / peak seconds for T tokens
     at the peak; the all-reduce of N gradients of g bytes takes 2 (n-1)/n N g / beta seconds
@@ -258,6 +310,7 @@ def min_tokens_to_hide_allreduce(peak_flops: float, bandwidth: float, world_size
 
     At an MFU below 1 the backward pass is slower, and fewer tokens suffice; a bucket's
     all-reduce can only start once its gradients exist, so real overlap needs some margin.
+    Gradients reduced in fp32 (autocast, Megatron's ``grad_reduce_in_fp32``) have g = 4.
 
     Args:
         peak_flops: one rank's FLOP/s (> 0).
@@ -278,10 +331,10 @@ def min_tokens_to_hide_allreduce(peak_flops: float, bandwidth: float, world_size
 def pipeline_bubble_fraction(n_stages: int, n_microbatches: int) -> float:
     """The share of a pipeline step that each stage is idle: (p-1) / (m+p-1).
 
-    With p stages and m micro-batches, a GPipe or 1F1B schedule takes m + p - 1 slots of one
-    micro-batch's forward and backward on a stage; each stage works in m of them and waits in
-    the other p - 1, while the pipeline fills and drains (Narayanan et al. 2021, sec. 2.2: the
-    bubble is (p-1)/m of the ideal time, which is (p-1)/(m+p-1) of the whole).
+    With p stages and m micro-batches, GPipe or 1F1B flushed every step (PipeDream-Flush; 1F1B
+    is PipeDream's) takes m + p - 1 slots of one micro-batch's forward and backward on a stage;
+    each stage works in m of them and waits in p - 1 while the pipeline fills and drains
+    (Narayanan et al. 2021, sec. 2.2: (p-1)/m of the ideal time, (p-1)/(m+p-1) of the whole).
 
     Args:
         n_stages: p (>= 1); one stage has no bubble.
@@ -310,9 +363,12 @@ def tensor_parallel_bytes(batch_size: int, seq_len: int, d_model: int, world_siz
     Sequence parallelism replaces each all-reduce by a reduce-scatter and an all-gather, the
     same bytes. Recomputing activations adds the forward pass's two all-reduces again.
 
+    Megatron also needs the heads, the key/value heads and d_ff to divide by t (Llama 3 70B's
+    8 key/value heads allow t = 8 at most); only d_model is known, and checked, here.
+
     Args:
         batch_size, seq_len: b and s (>= 1).
-        d_model: d (>= 1), a multiple of t (Megatron splits heads and columns evenly).
+        d_model: d (>= 1), a multiple of t (Megatron splits columns evenly).
         world_size: t, the tensor-parallel ranks (>= 1).
         bytes_per_element: e (>= 1; 2 for bf16 activations).
 
@@ -332,10 +388,12 @@ def tensor_parallel_bytes(batch_size: int, seq_len: int, d_model: int, world_siz
 
 # ------------------------------------------------------------------ the lesson's predictions
 
-# Section 3: the bytes one of 4 ranks sends to all-reduce a float32 tensor of 3 * 2**20
-# elements (12 MiB), the sealed answer of the graded prediction.
+# Section 3: the bytes one of 4 ranks sends to all-reduce a float32 tensor of 12 MiB.
 predicted_ring_bytes_per_rank = collective_bytes("all_reduce", 4 * 3 * 2**20, 4)
-# Section 6: under ZeroRedundancyOptimizer on 2 ranks, the MLP 64 -> 128 -> 16 -> 4 puts its
-# 8192-element first weight, 78% of the 10,452 parameters, on one rank: more than three quarters.
+# Section 6: ZeroRedundancyOptimizer puts the 8192-element first weight of the MLP 64 -> 128 ->
+# 16 -> 4, 78% of its 10,452 parameters, on one rank: more than three quarters.
 choice_zero_largest_rank = "c"
-
+# Section 7: FSDP with 4 micro-batches, resharding against keeping: 4 x (2 all-gathers + 1
+# reduce-scatter) against 1 + 1, whatever N and n.
+predicted_reshard_traffic_ratio = (accumulation_comm_bytes(1024, 2, 3, 4, False, 4, 4)
+                                   / accumulation_comm_bytes(1024, 2, 3, 4, True, 4, 4))

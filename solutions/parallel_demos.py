@@ -1,19 +1,99 @@
 """Lesson 07's given code: the measurements' plumbing and the pictures' schedules.
 
 Nothing here is graded. ``run_demo`` starts the lesson's helper script, ``distributed_demos.py``,
-on several processes and reads its result; ``fit_alpha_beta`` fits the alpha-beta model to
-measured all-reduce times; ``ring_schedule`` and ``pipeline_schedule`` list who does what when,
-for the pictures of the ring and of a pipeline; ``largest_fitting`` finds the largest integer
-that a monotone byte count lets fit in a budget.
+on several processes and reads its result (an interrupt stops every one of them and says so in
+one line); ``fit_alpha_beta`` fits the alpha-beta model to measured all-reduce times and
+``draw_allreduce_sweep`` plots them; ``ring_schedule``, ``ring_contributions`` and
+``pipeline_schedule`` list who does what when, for the pictures of the ring (``draw_ring``) and
+of a pipeline; ``largest_fitting`` finds the largest integer that a monotone byte count lets fit
+in a budget.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+
+class DemoInterrupted(Exception):
+    """A measurement interrupted (the stop button, Ctrl-C), its processes stopped. A notebook
+    shows it as its one line, as it shows an interrupt, and the cells after it do not run."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: {self}"]
+
+
+def _group_members(group: int) -> set[int] | None:
+    """The live processes (zombies left out) of process group ``group``, from Linux's /proc;
+    None where there is no /proc to read."""
+    if not Path("/proc/self/stat").exists():
+        return None
+    members = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        if int(fields[2]) == group and fields[0] != "Z":  # state, ppid, pgrp
+            members.add(int(stat.parent.name))
+    return members
+
+
+def _group_alive(group: int) -> bool:
+    """Whether any process of group ``group`` still runs."""
+    members = _group_members(group)
+    if members is not None:
+        return bool(members)
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _signal_group(process: subprocess.Popen, how: int) -> None:
+    """Send ``how`` to the script's process group (the script and its ranks)."""
+    try:
+        if hasattr(os, "killpg"):
+            os.killpg(process.pid, how)
+        else:  # Windows: no process groups to signal
+            process.kill()
+    except ProcessLookupError:
+        pass
+
+
+def _stop_script(process: subprocess.Popen, patience: float = 5.0) -> str:
+    """Stop the script and its ranks: SIGTERM to all of them (the script then waits for its
+    ranks and removes its temporary folder), SIGKILL to whatever is left after ``patience``
+    seconds. Returns the words that say what was stopped."""
+    members = _group_members(process.pid) if hasattr(os, "killpg") else None
+    _signal_group(process, signal.SIGTERM)
+    try:
+        process.wait(timeout=patience)
+    except subprocess.TimeoutExpired:
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+    if hasattr(os, "killpg"):
+        deadline = time.monotonic() + patience
+        while _group_alive(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _group_alive(process.pid):
+            _signal_group(process, signal.SIGKILL)
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+    return (f"the {len(members)} processes were stopped" if members
+            else "the script and its ranks were stopped")
 
 
 def run_demo(command: str, world_size: int, options: dict[str, object] | None = None,
@@ -21,41 +101,55 @@ def run_demo(command: str, world_size: int, options: dict[str, object] | None = 
     """Run ``python distributed_demos.py COMMAND --world-size N --OPTION VALUE ...`` and return
     the JSON object it prints.
 
-    The script starts the ranks, each a process of its own, and every rank dies with it; on a
-    timeout ``subprocess.run`` kills the script, and so the ranks. Options are written as
-    ``--name value``, underscores as dashes; a list is joined with commas.
+    The script runs in a process group of its own, with its ranks: an interrupt of the notebook
+    reaches this function alone, which stops all of them (``_stop_script``) and raises
+    ``DemoInterrupted``, shown as one line. On Linux the script and its ranks also end with the
+    notebook's kernel. Options are written as ``--name value``, underscores as dashes; a list is
+    joined with commas.
 
     Raises:
         RuntimeError: the script failed or ran past ``timeout``, with its last lines of stderr.
+        DemoInterrupted: interrupted; every process was stopped.
     """
-    arguments = [sys.executable, str(script), command, "--world-size", str(world_size)]
+    # The script runs in its own folder (cwd), so it is named by its name alone.
+    arguments = [sys.executable, script.name, command, "--world-size", str(world_size)]
     for name, value in (options or {}).items():
         text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
         arguments += [f"--{name.replace('_', '-')}", text]
+    process = subprocess.Popen(arguments, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True,
+                               cwd=script.parent if script.parent != Path() else None)
     try:
-        done = subprocess.run(arguments, capture_output=True, text=True, timeout=timeout,
-                              cwd=script.parent if script.parent != Path() else None)
+        stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _stop_script(process)
         raise RuntimeError(f"{script.name} {command} ran past {timeout:g} s and was "
                            "stopped") from None
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-        raise RuntimeError(f"{script.name} {command} failed (exit {done.returncode}): {tail}")
-    return json.loads(done.stdout)
+    except KeyboardInterrupt:
+        raise DemoInterrupted(f"{script.name} {command} interrupted; "
+                              f"{_stop_script(process)}") from None
+    if process.returncode != 0:
+        tail = "\n".join(stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"{script.name} {command} failed (exit {process.returncode}): {tail}")
+    return json.loads(stdout)
 
 
 def fit_alpha_beta(tensor_bytes: Sequence[float], seconds: Sequence[float],
                    world_size: int) -> tuple[float, float]:
-    """Fit t = 2 (n-1) alpha + 2 (n-1)/n B / beta to measured all-reduce times.
+    """Fit t = 2 (n-1) alpha + 2 (n-1)/n B / beta to measured all-reduce times, robustly.
 
-    A weighted least-squares line t = a + c x through the points (x = 2 (n-1)/n B, t), each
-    weighted by 1/t so that every size counts by its relative error (the times span several
-    decades); then alpha = a / (2 (n-1)) and beta = 1 / c. A negative intercept (noise at the
-    small sizes) is taken as alpha = 0 and the slope fitted again through the origin.
+    The line t = a + c x through the points (x = 2 (n-1)/n B, t) that makes the sum of the
+    relative errors |t - a - c x| / t smallest (a least-absolute-deviations fit, found by
+    iteratively reweighted least squares): every size counts by its relative error, as the
+    times span several decades, and one point far off the line, a size that other work on the
+    machine slowed down, moves the fit little, where least squares would follow it. Then
+    alpha = a / (2 (n-1)) and beta = 1 / c. A negative intercept is taken as alpha = 0 and the
+    slope fitted again through the origin.
 
     Args:
         tensor_bytes: B of each measurement (at least two distinct sizes).
-        seconds: the measured time of each (> 0).
+        seconds: the measured time of each (> 0): the fastest of several repeats is the one
+            least disturbed.
         world_size: n (>= 2).
 
     Returns:
@@ -68,20 +162,91 @@ def fit_alpha_beta(tensor_bytes: Sequence[float], seconds: Sequence[float],
     if min(seconds) <= 0:
         raise ValueError("every time must be positive")
     steps = 2 * (world_size - 1)
-    xs = [steps / world_size * size for size in tensor_bytes]
-    weights = [1 / t**2 for t in seconds]  # squared weights of the residuals (t - fit) / t
-    sw = sum(weights)
-    swx = sum(w * x for w, x in zip(weights, xs, strict=True))
-    swy = sum(w * t for w, t in zip(weights, seconds, strict=True))
-    swxx = sum(w * x * x for w, x in zip(weights, xs, strict=True))
-    swxy = sum(w * x * t for w, x, t in zip(weights, xs, seconds, strict=True))
-    slope = (sw * swxy - swx * swy) / (sw * swxx - swx**2)
-    intercept = (swy - slope * swx) / sw
-    if intercept < 0:
-        intercept, slope = 0.0, swxy / swxx
+    x = np.array([steps / world_size * size for size in tensor_bytes], dtype=float)
+    t = np.array(seconds, dtype=float)
+    scale = np.ones_like(t)  # IRLS weights on the relative residuals
+    intercept, slope = 0.0, 0.0
+    for _ in range(100):
+        weight = scale / t**2  # least squares of (t - fit) / t, each weighted by `scale`
+        design = np.stack([np.ones_like(x), x], axis=1) * np.sqrt(weight)[:, None]
+        (intercept, slope), *_ = np.linalg.lstsq(design, t * np.sqrt(weight), rcond=None)
+        if intercept < 0:
+            intercept, slope = 0.0, float(np.sum(weight * x * t) / np.sum(weight * x * x))
+        relative = np.abs(t - intercept - slope * x) / t
+        new_scale = 1 / np.maximum(relative, 1e-6)  # |e| = e^2 / |e|: L1 by weighted L2
+        if np.allclose(new_scale, scale, rtol=1e-9):
+            break
+        scale = new_scale
     if slope <= 0:
         raise ValueError("the times do not grow with the size: no bandwidth can be fitted")
-    return intercept / steps, 1 / slope
+    return float(intercept) / steps, 1 / float(slope)
+
+
+def draw_allreduce_sweep(ax: Axes, results: list[dict], alpha: float, beta: float,
+                         world_size: int, label: str) -> None:
+    """Plot measured all-reduce times against size, log-log: the fastest of each size's
+    repeats (the points the model is fitted to), its median, the middle half of its repeats as
+    a bar, and the fitted model with and without its latency. The legend goes below the axes,
+    where it can hide no point.
+
+    Args:
+        ax: where to draw.
+        results: ``distributed_demos.py allreduce``'s results, one per size.
+        alpha, beta: the fitted latency (seconds per step) and bandwidth (bytes per second).
+        world_size: n.
+        label: what was measured, for the legend.
+    """
+    sizes = np.array([r["bytes"] for r in results], dtype=float)
+    fastest = np.array([r["seconds_min"] for r in results])
+    median = np.array([r["seconds_median"] for r in results])
+    ax.vlines(sizes, [r["seconds_q1"] for r in results], [r["seconds_q3"] for r in results],
+              color="#56B4E9", linewidth=6, alpha=0.6, label="middle half of the repeats")
+    ax.plot(sizes, median, "o", markersize=8, markerfacecolor="white", color="#0072B2",
+            label="median")
+    ax.plot(sizes, fastest, "o", markersize=7, color="#0072B2", label=f"{label}: fastest")
+    grid = np.geomspace(sizes.min(), sizes.max(), 100)
+    steps = 2 * (world_size - 1)
+    ax.plot(grid, steps * alpha + steps / world_size * grid / beta, color="#D55E00",
+            linewidth=2.5, label=f"fitted: alpha {alpha * 1e6:,.0f} us, beta "
+            f"{beta / 1e9:.2f} GB/s")
+    ax.plot(grid, steps / world_size * grid / beta, "--", color="#D55E00", linewidth=1.5,
+            label="bandwidth alone (alpha = 0)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    # the bandwidth-only line runs far below the data at small sizes: show the data's decades
+    ax.set_ylim(fastest.min() / 4, 2 * max(r["seconds_q3"] for r in results))
+    ax.set_xlabel("tensor bytes B (log scale)")
+    ax.set_ylabel("seconds per all-reduce (log scale)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=11,
+              frameon=False)
+
+
+def draw_ring(n_ranks: int) -> Figure:
+    """The ring all-reduce of ``n_ranks`` ranks, one panel per step: each square is one rank's
+    copy of one chunk, coloured and labelled by how many ranks' data it holds. The title stays
+    within the panels' width."""
+    import matplotlib.pyplot as plt
+
+    counts = ring_contributions(n_ranks)
+    fig, axes = plt.subplots(1, len(counts), figsize=(8.4, 2.9), sharey=True)
+    for step, (ax, grid) in enumerate(zip(axes, counts, strict=True)):
+        ax.imshow(np.array(grid), cmap="viridis", vmin=1, vmax=n_ranks)
+        for rank in range(n_ranks):
+            for chunk in range(n_ranks):
+                ax.text(chunk, rank, grid[rank][chunk], ha="center", va="center", fontsize=11,
+                        color="white" if grid[rank][chunk] < 0.75 * n_ranks else "black")
+        phase = ("start" if step == 0 else f"RS {step}" if step < n_ranks
+                 else f"AG {step - n_ranks + 1}")
+        ax.set_title(phase, fontsize=12)
+        ax.set_xticks(range(n_ranks))
+        ax.set_yticks(range(n_ranks))
+        ax.set_xlabel("chunk", fontsize=11)
+    axes[0].set_ylabel("rank")
+    fig.suptitle(f"Ring all-reduce, {n_ranks} ranks: ranks' data in each chunk\n"
+                 "RS: reduce-scatter step, AG: all-gather step", fontsize=12)
+    fig.tight_layout()
+    return fig
 
 
 def ring_schedule(n_ranks: int) -> list[list[tuple[int, int, int]]]:

@@ -34,7 +34,7 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Strides of a freshly allocated (row-major, C-order) tensor of ``shape``.
 
     Args:
-        shape: sizes of the dims, e.g. ``(2, 3, 4)``; sizes may be 0.
+        shape: sizes of the dims, e.g. ``(2, 3, 4)``; sizes may be 0; ``()`` gives ``()``.
 
     Returns:
         One stride per dim, in elements: ``(12, 4, 1)`` for ``(2, 3, 4)``. A size-0 dim counts
@@ -55,7 +55,7 @@ def flat_offset(index: Sequence[int], strides: Sequence[int], storage_offset: in
     """Storage position of the element at ``index``.
 
     Args:
-        index: one non-negative index per dim, e.g. ``(1, 2)``.
+        index: one non-negative index per dim, e.g. ``(1, 2)``; ``()`` for a 0-dim tensor.
         strides: the tensor's strides, in elements.
         storage_offset: the position of element ``(0, 0, ...)`` in storage.
 
@@ -129,7 +129,8 @@ def permute(
 
     Args:
         shape, strides: the tensor's layout.
-        dims: a permutation of ``range(len(shape))``; negative dims count from the end.
+        dims: a permutation of ``range(len(shape))`` (``()`` for a 0-dim tensor); negative
+            dims count from the end.
 
     Returns:
         (new shape, new strides).
@@ -266,7 +267,8 @@ def as_strided(
 
     Args:
         storage: 1-D tensor, the elements in storage order.
-        shape, strides: the layout to read, strides in elements.
+        shape, strides: the layout to read, strides in elements; shape ``()`` reads the one
+            element at ``offset``.
         offset: storage position of element ``(0, 0, ...)``.
 
     Returns:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from solutions import inference
-from solutions.backprop import gated_mlp_d_ff, transformer_forward_flops
+from solutions.backprop import gated_mlp_d_ff, model_params, transformer_forward_flops
 from solutions.flops import ridge_point, roofline
 from solutions.inference import (
     decode_intensity,
@@ -27,6 +27,7 @@ from solutions.inference import (
     max_batch_size,
 )
 from solutions.kv_cache import KVCache, cached_forward, generate, generate_with_cache
+from solutions.serving import decode_params, serving_budget
 from solutions.tiny_transformer import TinyTransformer
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -127,8 +128,9 @@ def test_the_published_caches_per_token() -> None:
     from grader.cases import inference as cases
     assert kv_bytes_per_token(llama2) == cases._KV_7B
     assert kv_bytes_per_token(llama3) == cases._KV_70B
-    assert llama2["params_in_checkpoint"] == cases._7B
-    assert llama3["params_in_checkpoint"] == cases._70B
+    # the lesson's one N of each model: multiplied by a step, and stored
+    assert (decode_params(llama2), model_params(llama2)) == (cases._7B_STEP, cases._7B)
+    assert (decode_params(llama3), model_params(llama3)) == (cases._70B_STEP, cases._70B)
 
 
 # ---------------------------------------------------------------- the same tokens, both ways
@@ -375,7 +377,7 @@ def test_decode_of_llama_2_7b_on_an_h100() -> None:
     300 times below the H100's ridge point; attention's own FLOPs, which decode_intensity leaves
     out, add 16% to 2N at Llama 2 7B's full context. And the hidden checks' comments."""
     llama2 = model_by_name("Llama 2 7B")
-    n, k = llama2["params_in_checkpoint"], kv_bytes_per_token(llama2)
+    n, k = decode_params(llama2), kv_bytes_per_token(llama2)
     peak, bandwidth = H100["peak_flops"]["bf16"], H100["memory_bandwidth"]
     assert decode_intensity(n, 1, 0, k) == 1.0
     assert round(ridge_point(peak, bandwidth), -2) == 300  # 295.3
@@ -390,7 +392,8 @@ def test_decode_of_llama_2_7b_on_an_h100() -> None:
     gpt2 = model_by_name("GPT-2 small")
     assert gpt2["context_length"] == 1 + 1024 - 1  # a 1-token prompt, 1024 new: its context
     llama3 = model_by_name("Llama 3 70B")
-    assert round(2 * llama3["params_in_checkpoint"] / 1e9, 1) == 141.1  # > 141 GB of an H200
+    assert round(2 * model_params(llama3) / 1e9, 1) == 141.1  # > 141 GB of an H200
+    assert serving_budget(80e9) == 72e9 and serving_budget(8 * 80e9) == 8 * 72e9
 
 
 # ---------------------------------------------------------------- how many sequences fit
@@ -510,7 +513,7 @@ def test_every_hidden_check_holds_on_the_reference() -> None:
 
     namespace = dict(vars(inference))
     graded = {"kv_cache_bytes", "generate_flops", "decode_intensity", "max_batch_size",
-              "decode_tokens_per_second"}
+              "decode_tokens_per_second", "prefill_seconds", "simulate_serving"}
     # the graded prediction's one case (the notebook's hidden check) may sit beside them
     assert set(CASES) - {"predicted_cache_bytes_after_generation"} == graded
     for name, cases in CASES.items():
@@ -537,25 +540,36 @@ def test_every_hidden_check_holds_on_the_reference() -> None:
     # 100 bytes of weights and 10 caches of 10 tokens of 9 bytes fill 1000 bytes exactly
     assert value["max_batch_size(1000, 100, 10, 9, bytes_per_param=1)"] == 10
     assert value["max_batch_size(1000, 100, 10, 9, bytes_per_param=1.5)"] == 9
-    assert value[f"max_batch_size(15e9, {6_738_415_616}, 4096, {524_288})"] == 0
+    assert value[f"max_batch_size(15e9, {6_738_149_376}, 4096, {524_288})"] == 0
+    assert value[f"max_batch_size(72e9, {6_738_149_376}, 4096, {524_288})"] == 27
+    assert value[f"max_batch_size(80e9, {6_738_149_376}, 4096, {524_288})"] == 30
+    assert value["prefill_seconds(1000, 5, 2, 1000, 100)"] == 20.0  # both bounds 20 s
 
 
 def test_the_numbers_the_lessons_text_states() -> None:
-    """notebooks/08_inference: every number its prose states, from the lesson's functions."""
+    """notebooks/08_inference, sections 1-8: every number its prose states, from the lesson's
+    functions (sections 9-12: tests/test_serving.py)."""
     llama2, llama3 = model_by_name("Llama 2 7B"), model_by_name("Llama 3 70B")
-    from solutions.backprop import model_params
+    from solutions.serving import DEEPSEEK_V2, mla_cache_bytes, prefill_flops_as_served
 
-    n7, n70 = model_params(llama2), model_params(llama3)
+    n7_stored, n70_stored = model_params(llama2), model_params(llama3)
+    n7, n70 = decode_params(llama2), decode_params(llama3)
+    k7 = kv_bytes_per_token(llama2)
     peak, bandwidth = H100["peak_flops"]["bf16"], H100["memory_bandwidth"]
     ridge = ridge_point(peak, bandwidth)
     # section 2: 2 GiB per sequence; the bf16 weights weigh as much as 6.3 whole contexts
-    whole = kv_bytes_per_token(llama2) * llama2["context_length"]
-    assert whole == 2 * 2**30 and round(2 * n7 / whole, 1) == 6.3
+    whole = k7 * llama2["context_length"]
+    assert whole == 2 * 2**30 and round(2 * n7_stored / whole, 1) == 6.3
     # section 3: without the cache, 22 x (the lesson's generation) and 184 x (Llama 2 7B)
     lesson = [generate_flops(2, 64, 256, 16, 32, kv_cache=c)["total"] for c in (True, False)]
     d_ff = gated_mlp_d_ff(llama2["d_ff"], llama2["mlp_matrices"])
     big = [generate_flops(32, 4096, 32000, 1000, 200, d_ff, c)["total"] for c in (True, False)]
     assert round(lesson[1] / lesson[0]) == 22 and round(big[1] / big[0]) == 184
+    # ... and a prefill as an engine runs it: 3.8% fewer FLOPs for Llama 2 7B's 1000 tokens,
+    # 14.5% for the lesson's 16
+    for args, fewer in (((32, 4096, 32000, 1000, d_ff), 0.038), ((2, 64, 256, 16, None), 0.145)):
+        counted = generate_flops(*args[:4], 1, args[4])["prefill"]
+        assert round(1 - prefill_flops_as_served(*args) / counted, 3) == fewer
     # section 5: a step's weights 229,376 FLOPs per sequence, attention 33,280 at 64, 2.1M at
     # 4096; FLOPs almost 9 x, bytes 32 x; caches 33.6 MB, 64 x the 0.5 MB of weights
     step = {c: generate_flops(2, 64, 256, c, 2)["decode"] for c in (64, 4096)}
@@ -567,28 +581,64 @@ def test_the_numbers_the_lessons_text_states() -> None:
     assert round(weights / 1e6, 1) == 0.5 and round(caches[4096] / 1e6, 1) == 33.6
     assert round(caches[4096] / weights) == 64
     assert round((weights + caches[4096]) / (weights + caches[64])) == 32
-    # section 6: ridge about 300 (295), one sequence uses a third of a percent; the intensity
-    # of Llama 2 7B at 4096 tokens levels off at 2N / (c k), about 6.3
+    # section 6: one N for Llama 2 7B, explained: released 6,738,415,616 = model_params + the
+    # norms' 266,240 gains; a step multiplies all but the 32000 x 4096 input embedding
+    assert llama2["params_in_checkpoint"] == n7_stored + 266_240 == 6_738_415_616
+    assert n7 == n7_stored - 32000 * 4096 == 6_607_077_376
+    # ridge about 300 (295), one sequence uses a third of a percent; the intensity of Llama 2 7B
+    # at 4096 tokens levels off at 2N / (c k), about 6.2; attention's own: g FLOPs per byte
     assert round(ridge) == 295 and round(100 / ridge, 2) == 0.34
-    assert round(2 * n7 / (4096 * kv_bytes_per_token(llama2)), 1) == 6.3
-    # section 7: Llama 3 70B, 141 GB of bf16 weights; 185 vs 23 sequences on 8 H100s, 3 vs 0 on
-    # one with fp8 weights; generate_flops' d x d k and v: 18.8 GFLOPs per token too many, 13%
+    assert round(2 * n7 / (4096 * k7), 1) == 6.2
+    assert [m["n_heads"] // m["n_kv_heads"] for m in (llama2, llama3)] == [1, 8]
+    # section 7: 79.11 GiB is 84.9e9 bytes; the budget 72e9 = 80e9 less 10% (vLLM's default
+    # gpu_memory_utilization, 0.9); Llama 3 70B, 141 GB of bf16 weights; 162 vs 20 sequences
+    # on 8 H100s, 20 vs 2 on one H200 with fp8 weights; generate_flops' d x d k and v: 18.8
+    # GFLOPs per token too many, 13.5% of 2N
+    reported = H100["memory_reported"]  # data/hardware.json, with its source
+    assert reported["cuda_total_gib"] == 79.11 and reported["nvidia_smi_mib"] == 81_559
+    assert round(79.11 * 2**30 / 1e8) / 10 == 84.9
+    assert serving_budget(80e9) == 72e9 and round(2 * n70_stored / 1e9) == 141
     kv70, kv70_mha = kv_bytes_per_token(llama3), kv_cache_bytes(80, 64, 128, 1, 1)
-    assert round(2 * n70 / 1e9) == 141
-    assert [max_batch_size(8 * 80e9, n70, 8192, k) for k in (kv70, kv70_mha)] == [185, 23]
-    assert [max_batch_size(80e9, n70, 8192, k, 1) for k in (kv70, kv70_mha)] == [3, 0]
+    assert [max_batch_size(8 * 72e9, n70_stored, 8192, k) for k in (kv70, kv70_mha)] == [162, 20]
+    h200 = json.loads((DATA / "hardware.json").read_text())["accelerators"]["H200 SXM"]
+    assert h200["memory_bytes"] == 141e9
+    assert [max_batch_size(serving_budget(141e9), n70_stored, 8192, k, 1)
+            for k in (kv70, kv70_mha)] == [20, 2]
+    with pytest.raises(ValueError, match="weights alone"):
+        max_batch_size(72e9, n70_stored, 8192, kv70)
     d = llama3["d_model"]
     extra = llama3["n_layers"] * 2 * 2 * d * (d - d // 8)
-    assert round(extra / 1e9, 1) == 18.8 and round(100 * extra / (2 * n70)) == 13
+    assert round(extra / 1e9, 1) == 18.8 and round(100 * extra / (2 * n70), 1) == 13.5
     assert kv70_mha == 8 * kv70  # the level of the intensity: 8 x higher with the same N
-    # section 8: about 250 tokens/s for one sequence (13.5 GB of weights); 30 sequences at 128
-    # tokens 26 x that; at 4096 a fifth of that; the compute bound 73,000
-    one = decode_tokens_per_second(n7, 1, 128, kv_bytes_per_token(llama2), peak, bandwidth)
-    thirty = {c: decode_tokens_per_second(n7, 30, c, kv_bytes_per_token(llama2), peak,
-                                          bandwidth) for c in (128, 4096)}
-    assert round(one, -1) == 250 and round(2 * n7 / 1e9, 1) == 13.5
-    assert round(thirty[128] / one) == 26 and round(thirty[4096] / thirty[128], 1) == 0.2
-    assert round(peak / (2 * n7), -3) == 73_000
+    assert max_batch_size(72e9, n7_stored, 4096, k7) == 27
+    # ... MQA and MLA: DeepSeek-V2's 576 numbers per layer, as GQA with 2.25 KV heads of 128
+    # (the paper's own figure), 57 times fewer than its 128 heads with MHA
+    v2 = DEEPSEEK_V2
+    mla = mla_cache_bytes(v2["n_layers"], v2["kv_latent_dim"], v2["rope_head_dim"], 1, 1)
+    mha = kv_cache_bytes(v2["n_layers"], v2["n_heads"], v2["head_dim"], 1, 1)
+    assert mla == 60 * 576 * 2 == 69_120 and 576 / (2 * 128) == 2.25 and round(mha / mla) == 57
+    assert kv_cache_bytes(80, 1, 128, 1, 1) * 64 == kv70_mha  # MQA: one head's cache
+    # section 8: past 6 sequences the caches outweigh the weights at 4096; about 250 tokens/s
+    # for one sequence (13.2 GB read); at 128 tokens a batch of 8 takes 1.04 x the step and
+    # gets 7.7 x the tokens; at 4096 twice the step, 27 sequences get 1,270 tokens/s, 5.8 x,
+    # below 1,560 (the caches alone); the compute bound 75,000
+    assert math.floor(2 * n7 / (4096 * k7)) == 6
+    tokens = {(b, c): decode_tokens_per_second(n7, b, c, k7, peak, bandwidth)
+              for b in (1, 8, 27) for c in (128, 4096)}
+
+    def step_time(b: int, c: int) -> float:
+        return b / tokens[b, c]
+    assert round(tokens[1, 128], -1) == 250 and round(2 * n7 / 1e9, 1) == 13.2
+    assert round(step_time(8, 128) / step_time(1, 128), 2) == 1.04
+    assert round(tokens[8, 128] / tokens[1, 128], 1) == 7.7
+    assert 8 * 4096 * k7 > 2 * n7 and round(step_time(8, 4096) / step_time(1, 4096)) == 2
+    assert max_batch_size(72e9, n7_stored, 4096, k7) == 27
+    assert round(tokens[27, 4096], -1) == 1270
+    assert round(tokens[27, 4096] / tokens[1, 4096], 1) == 5.8
+    assert round(bandwidth / (4096 * k7), -1) == 1560
+    assert all(decode_tokens_per_second(n7, b, 4096, k7, peak, bandwidth) < 1560
+               for b in range(1, 28))
+    assert round(peak / (2 * n7), -3) == 75_000
     assert math.isclose(decode_tokens_per_second(7e9, 1, 0, 524288, 989.4e12, 3.35e12),
                         3.35e12 / 14e9, rel_tol=1e-12)
     # the measured model of section 8: 29M parameters, 115 MB in float32
@@ -596,3 +646,108 @@ def test_the_numbers_the_lessons_text_states() -> None:
         measured = TinyTransformer(256, 768, 4, 12)
     n_measured = sum(p.numel() for p in measured.parameters())
     assert round(n_measured / 1e6) == 29 and round(4 * n_measured / 1e6) == 115
+
+
+# ---------------------------------------------------------------- hidden checks stay in bounds
+
+
+def _count(minimum: int) -> tuple:
+    """An integer (a bool is not a count) at least ``minimum``: (its kind, its range)."""
+    return (lambda v: type(v) is int, lambda v: v >= minimum)
+
+
+def _anything(_value: object) -> bool:
+    return True
+
+
+def _requests(v) -> bool:
+    return (type(v) is list and len(v) > 0
+            and all(type(r) is tuple and len(r) == 3 and type(r[0]) in (int, float)
+                    and math.isfinite(r[0]) and r[0] >= 0
+                    and all(type(n) is int and n >= 1 for n in r[1:]) for r in v))
+
+
+_NUMBER = (lambda v: type(v) in (int, float), lambda v: math.isfinite(v) and v > 0)
+# What each exercise's text and docstring accept, argument by argument: the kind of value
+# (a TypeError when wrong) and its range (a ValueError when out of it). simulate_serving's
+# text asks for a ValueError for every bad request and policy, whatever its kind.
+STATED = {
+    "kv_cache_bytes": {"n_layers": _count(1), "n_kv_heads": _count(1), "head_dim": _count(1),
+                       "seq_len": _count(0), "batch_size": _count(1),
+                       "bytes_per_element": _count(1)},
+    "generate_flops": {"n_layers": _count(1), "d_model": _count(1), "vocab_size": _count(1),
+                       "prompt_len": _count(1), "new_tokens": _count(1),
+                       "d_ff": (lambda v: v is None or type(v) is int,
+                                lambda v: v is None or v >= 1),
+                       "kv_cache": (lambda v: type(v) is bool, _anything)},
+    "decode_intensity": {"n_params": _NUMBER, "batch_size": _count(1), "context_len": _count(0),
+                         "kv_bytes_per_token": _NUMBER, "bytes_per_param": _NUMBER},
+    "max_batch_size": {"gpu_bytes": _NUMBER, "n_params": _NUMBER, "context_len": _count(1),
+                       "kv_bytes_per_token": _NUMBER, "bytes_per_param": _NUMBER},
+    "decode_tokens_per_second": {"n_params": _NUMBER, "batch_size": _count(1),
+                                 "context_len": _count(0), "kv_bytes_per_token": _NUMBER,
+                                 "peak_flops": _NUMBER, "bandwidth": _NUMBER,
+                                 "bytes_per_param": _NUMBER},
+    "prefill_seconds": {"n_params": _NUMBER, "prompt_len": _count(1), "batch_size": _count(1),
+                        "peak_flops": _NUMBER, "bandwidth": _NUMBER,
+                        "bytes_per_param": _NUMBER},
+    "simulate_serving": {"requests": (_anything, _requests), "max_batch": _count(1),
+                         "prefill_seconds_per_token": _NUMBER,
+                         "decode_seconds_per_step": _NUMBER,
+                         "policy": (_anything, lambda v: v in ("static", "continuous"))},
+}
+# The one error an exercise asks for with every argument in bounds: the weights do not fit.
+IN_BOUNDS_ERRORS = {"max_batch_size": lambda a: a["n_params"] * a["bytes_per_param"]
+                    > a["gpu_bytes"]}
+
+
+def test_every_hidden_check_stays_inside_what_its_exercise_states() -> None:
+    """Each hidden value check calls its exercise with arguments its text accepts; each hidden
+    error check passes one bad input of the kind the text names for that error: the wrong
+    kind of value for a TypeError, a value out of range for a ValueError (or weights that do
+    not fit), never an input the exercise says nothing about."""
+    import inspect
+
+    from grader.cases import as_case
+    from grader.cases.inference import CASES
+
+    assert set(STATED) == set(CASES) - {"predicted_cache_bytes_after_generation"}
+    for name, stated in STATED.items():
+        signature = inspect.signature(getattr(inference, name))
+        assert set(stated) == set(signature.parameters), name
+        for case in map(as_case, CASES[name]):
+            bound = {}
+
+            def record(*args, bound=bound, signature=signature, **kwargs):
+                call = signature.bind(*args, **kwargs)
+                call.apply_defaults()
+                bound.update(call.arguments)
+
+            eval(case.expression, {"math": math, name: record})
+            wrong_kind = [a for a, (kind, _) in stated.items() if not kind(bound[a])]
+            out_of_range = [a for a, (kind, in_range) in stated.items()
+                            if kind(bound[a]) and not in_range(bound[a])]
+            if case.raises is None:
+                assert wrong_kind == out_of_range == [], (case.expression, bound)
+            elif wrong_kind:
+                assert (len(wrong_kind), out_of_range, case.raises) == (1, [], "TypeError"), case
+            elif out_of_range:
+                assert (len(out_of_range), case.raises) == (1, "ValueError"), case
+            else:
+                assert case.raises == "ValueError" and IN_BOUNDS_ERRORS[name](bound), case
+
+
+def test_the_prediction_of_a_measurement_has_the_courses_shape() -> None:
+    """The longer-context prediction: ``predicted_decode_slowdown = None`` under the course's
+    one comment line, and the measuring cell sets it beside the measurement."""
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "08_inference"
+                       / "inference.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert ("# Your prediction: replace None with your number, then run this cell.\n"
+            "predicted_decode_slowdown = None") in sources
+    measuring = sources[sources.index(next(s for s in sources
+                                           if s.endswith("predicted_decode_slowdown = None"))) + 1]
+    assert 'compare_prediction("predicted_decode_slowdown", ' in measuring
+    assert "prediction_text('predicted_decode_slowdown')" not in measuring

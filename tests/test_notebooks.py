@@ -38,10 +38,12 @@ EXERCISES = {
                          "checkpoint_bytes", "predicted_step_bytes"],
     "07_many_devices": ["collective_bytes", "ring_all_reduce", "predicted_ring_bytes_per_rank",
                         "allreduce_seconds", "min_tokens_to_hide_allreduce",
-                        "zero_bytes_per_device", "zero_comm_bytes", "tensor_parallel_bytes",
+                        "zero_bytes_per_device", "zero_comm_bytes", "accumulation_comm_bytes",
+                        "tensor_parallel_bytes",
                         "pipeline_bubble_fraction"],
     "08_inference": ["kv_cache_bytes", "generate_flops", "predicted_cache_bytes_after_generation",
-                     "decode_intensity", "max_batch_size", "decode_tokens_per_second"],
+                     "decode_intensity", "max_batch_size", "decode_tokens_per_second",
+                     "prefill_seconds", "simulate_serving"],
 }
 
 

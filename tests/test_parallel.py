@@ -1,7 +1,9 @@
 """Lesson 07's counts (solutions/parallel.py) against independent oracles: NCCL-tests' bus
 bandwidth factors, a real sum for the simulated ring, the ZeRO paper's figure 1 and section 7,
-a simulated pipeline schedule for the bubble (Narayanan et al. 2021), and a tensor-parallel
-block simulated rank by rank, whose all-reduces are counted (Shoeybi et al. 2019)."""
+a step of micro-batches simulated collective by collective (and schedules worked by hand), a
+simulated pipeline schedule for the bubble (Narayanan et al. 2021), and a tensor-parallel block
+simulated rank by rank, whose all-reduces are counted (Shoeybi et al. 2019). What FSDP and DDP
+really send over micro-batches is checked on real processes in tests/test_parallel_demos.py."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from torch import nn
 
 from solutions.parallel import (
     COLLECTIVES,
+    accumulation_comm_bytes,
     allreduce_seconds,
     collective_bytes,
     min_tokens_to_hide_allreduce,
@@ -138,6 +141,101 @@ def test_zero_stage_3_sends_one_and_a_half_times_stage_2(n, ranks) -> None:
     assert sent[0] == sent[1] == sent[2] and 2 * sent[3] == 3 * sent[2]
     if n % ranks == 0:
         assert sent[0] == collective_bytes("all_reduce", 2 * n, ranks)
+
+
+def simulated_step(stage: int, microbatches: int, keep_unsharded: bool) -> list[tuple[str, str]]:
+    """The collectives one rank runs in an optimizer step of ``microbatches`` micro-batches, in
+    order, as (operation, what), from what each ZeRO stage keeps whole: a rank gathers weights
+    it lacks just before a forward or backward pass needs them, ZeRO-3 lets them go after each
+    pass unless it keeps them, a stage that shards gradients reduces them as the backward pass
+    makes them unless it keeps them whole, and whole gradients are reduced once, at the end."""
+    weights_whole = stage < 3
+    reduce_each_backward = stage >= 2 and not keep_unsharded
+    release_after_each_pass = stage == 3 and not keep_unsharded
+    events, pending = [], False
+    for _ in range(microbatches):
+        for _pass in ("forward", "backward"):
+            if not weights_whole:
+                events.append(("all_gather", "weights"))
+                weights_whole = True
+            if _pass == "backward":
+                if reduce_each_backward:
+                    events.append(("reduce_scatter", "gradients"))
+                else:
+                    pending = True
+            if release_after_each_pass:
+                weights_whole = False
+    if pending:
+        events.append(("all_reduce" if stage == 0 else "reduce_scatter", "gradients"))
+    if stage in (1, 2):  # each rank updated its shard: everyone needs every shard back
+        events.append(("all_gather", "weights"))
+    return events
+
+
+def bytes_of(events: list[tuple[str, str]], n_params: int, world_size: int, p: int,
+             g: int) -> int:
+    """The bytes one rank sends for ``events``, each collective over the flat buffer padded to
+    ``world_size`` equal shards."""
+    padded = -(-n_params // world_size) * world_size
+    return sum(collective_bytes(op, padded * (p if what == "weights" else g), world_size)
+               for op, what in events)
+
+
+AG, RS = ("all_gather", "weights"), ("reduce_scatter", "gradients")
+
+
+@pytest.mark.parametrize(("stage", "m", "keep", "worked_by_hand"), [
+    (0, 3, False, [("all_reduce", "gradients")]),  # DDP under no_sync: one all-reduce
+    (1, 3, False, [RS, AG]),
+    (2, 3, False, [RS, RS, RS, AG]),  # a reduce-scatter after every backward pass
+    (2, 3, True, [RS, AG]),
+    (3, 2, False, [AG, AG, RS, AG, AG, RS]),  # forward, backward and gradients, twice
+    (3, 2, True, [AG, RS]),  # gathered once for the first forward pass, reduced once
+    (3, 1, False, [AG, AG, RS]),  # the ZeRO paper's section 7: 1.5 all-reduces
+])
+def test_the_simulated_step_is_the_schedule_worked_by_hand(stage, m, keep, worked_by_hand):
+    assert simulated_step(stage, m, keep) == worked_by_hand
+    for n_params, n, p, g in [(1000, 4, 2, 2), (10, 3, 2, 4), (7_500_000_000, 64, 2, 2)]:
+        assert accumulation_comm_bytes(n_params, n, stage, m, keep, p, g) == bytes_of(
+            worked_by_hand, n_params, n, p, g)
+
+
+@given(st.integers(0, 10**12), st.integers(1, 1024), st.integers(0, 3), st.integers(1, 64),
+       st.booleans(), st.integers(0, 4), st.integers(0, 4))
+def test_accumulation_bytes_are_those_of_the_simulated_step(n_params, n, stage, m, keep, p, g):
+    expected = bytes_of(simulated_step(stage, m, keep), n_params, n, p, g)
+    assert accumulation_comm_bytes(n_params, n, stage, m, keep, p, g) == expected
+    if m == 1 and p == g:  # one micro-batch: section 6's count
+        assert expected == zero_comm_bytes(n_params, n, stage, p)
+    # keeping whole sends what stage 1 sends; resharding never sends less
+    kept = accumulation_comm_bytes(n_params, n, stage, m, True, p, g)
+    assert kept <= accumulation_comm_bytes(n_params, n, stage, m, False, p, g)
+    if stage >= 1:
+        assert kept == accumulation_comm_bytes(n_params, n, 1, m, False, p, g)
+
+
+def test_sixteen_microbatches_of_the_zero_papers_model() -> None:
+    """7.5B parameters, 64 GPUs, 16 micro-batches (lesson 07, section 7): ZeRO-2 sends 8.5
+    times ZeRO-1's bytes, ZeRO-3 24 times, unless they keep whole gradients (and weights)."""
+    sent = [accumulation_comm_bytes(7_500_000_000, 64, stage, 16) for stage in range(4)]
+    assert [round(x / 1e9, 1) for x in sent] == [29.5, 29.5, 251.0, 708.8]
+    assert sent[2] / sent[1] == 8.5 and sent[3] / sent[1] == 24
+    assert all(accumulation_comm_bytes(7_500_000_000, 64, s, 16, True) == sent[1]
+               for s in range(4))
+
+
+@pytest.mark.parametrize(("call", "error", "words"), [
+    (lambda: accumulation_comm_bytes(10, 2, 3, 0), ValueError, "microbatches must be >= 1"),
+    (lambda: accumulation_comm_bytes(10, 2, 4, 2), ValueError, "stage must be 0, 1, 2 or 3"),
+    (lambda: accumulation_comm_bytes(10, 2, 2, 2, bytes_per_grad=-1), ValueError,
+     "bytes_per_grad must be >= 0"),
+    (lambda: accumulation_comm_bytes(10, 2, 3, 2, keep_unsharded=1), TypeError,
+     "keep_unsharded must be True or False"),
+    (lambda: accumulation_comm_bytes(10, 2, 3, 2.0), TypeError, "microbatches must be an int"),
+])
+def test_accumulation_names_bad_input(call, error, words) -> None:
+    with pytest.raises(error, match=words):
+        call()
 
 
 @given(st.integers(0, 10**12), st.integers(1, 64), st.floats(1e6, 1e13), st.floats(0, 1e-3))
@@ -317,7 +415,8 @@ def test_every_hidden_check_holds_on_the_reference() -> None:
 
     namespace = {"torch": torch, **vars(solutions.parallel)}
     graded = {"collective_bytes", "ring_all_reduce", "zero_bytes_per_device", "zero_comm_bytes",
-              "allreduce_seconds", "min_tokens_to_hide_allreduce", "pipeline_bubble_fraction",
+              "accumulation_comm_bytes", "allreduce_seconds", "min_tokens_to_hide_allreduce",
+              "pipeline_bubble_fraction",
               "tensor_parallel_bytes", "predicted_ring_bytes_per_rank"}
     assert set(CASES) == graded
     for name, cases in CASES.items():

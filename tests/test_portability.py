@@ -42,6 +42,11 @@ from tests.test_parallel import (
     ring_by_one_sum,
     ring_the_other_way,
 )
+from tests.test_serving import (
+    prefill_seconds_as_tokens,
+    prefill_seconds_by_roofline,
+    simulate_in_fractions,
+)
 from tests.test_training import _loss_scale_in_float64, _loss_scale_with_torch
 
 LESSONS = all_lessons()
@@ -330,6 +335,8 @@ ALTERNATIVES: dict[str, dict[str, list[Callable]]] = {
                                      decode_tokens_per_second_by_roofline],
         # a prediction, graded within 1%: 0.8% above, and the answer rounded to 385,000
         "predicted_cache_bytes_after_generation": [385_024 * 1.008, 385_000],
+        "prefill_seconds": [prefill_seconds_by_roofline, prefill_seconds_as_tokens],
+        "simulate_serving": [simulate_in_fractions],
     },
 }
 

@@ -966,6 +966,113 @@ def test_relu_halves_the_variance_per_layer_and_a_residual_stream_adds_one_per_b
         assert math.sqrt(sum(mean_squares) / 8) == pytest.approx(predicted, rel=tolerance)
 
 
+
+# ---------------------------------------------------------------- a linear stack through depth
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks/06_training_step/training_step.ipynb"
+
+
+def lesson_cell(starting: str) -> str:
+    """The source of lesson 06's cell that starts with ``starting``."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    [source] = ["".join(c["source"]) for c in cells if "".join(c["source"]).startswith(starting)]
+    return source
+
+
+def log_scale_moments(width: int, n_layers: int) -> tuple[float, float]:
+    """Mean and standard deviation of ln(scale) after ``n_layers`` layers of N(0, 1/width)
+    weights, one input vector of scale 1: half a sum of independent ln(chi2_width / width)."""
+    half = torch.tensor(width / 2, dtype=torch.float64)
+    return (n_layers / 2 * (torch.special.digamma(half) - half.log()).item(),
+            math.sqrt(n_layers * torch.special.polygamma(1, half).item()) / 2)
+
+
+@pytest.mark.parametrize("width, n_layers", [(64, 640), (256, 640), (256, 20)])
+def test_the_log_scale_of_a_linear_stack_is_half_a_sum_of_log_chi_squares(width, n_layers) -> None:
+    """The digamma moments against an independent oracle, NumPy's chi-square sampler. Over 4000
+    draws the mean's standard error is sd / 63 and a sample sd's relative error 1/sqrt(8000),
+    1.1%: 5 standard errors and 6% leave room. And the lesson's rounded forms, -L/(2d) and
+    sqrt(L/(2d)), are within 1% of the exact moments at these widths."""
+    mean, sd = log_scale_moments(width, n_layers)
+    draws = np.random.default_rng(0).chisquare(width, size=(4000, n_layers)) / width
+    log_scales = 0.5 * np.log(draws).sum(axis=1)
+    assert abs(log_scales.mean() - mean) < 5 * sd / math.sqrt(4000)
+    assert log_scales.std() == pytest.approx(sd, rel=0.06)
+    assert mean == pytest.approx(-n_layers / (2 * width), rel=0.01)
+    assert sd == pytest.approx(math.sqrt(n_layers / (2 * width)), rel=0.01)
+
+
+def final_scales(width: int, n_layers: int, n_stacks: int, n_inputs: int = 1) -> torch.Tensor:
+    """The root mean square of ``n_inputs`` inputs after each of ``n_stacks`` independent stacks
+    of ``n_layers`` layers of N(0, 1/width) weights, every stack starting at scale 1."""
+    h = torch.randn(n_stacks, n_inputs, width)
+    h = h / h.pow(2).mean(dim=(1, 2), keepdim=True).sqrt()
+    for _ in range(n_layers):
+        h = h @ torch.randn(n_stacks, width, width) / math.sqrt(width)
+    return h.pow(2).mean(dim=(1, 2)).sqrt().double()
+
+
+def test_real_stacks_keep_the_mean_square_on_average_and_spread_log_normally() -> None:
+    """Lesson 06, section 2, on real matrices. 256 stacks of width 16 and 64 layers
+    (L/(2d) = 2): the mean of ln(scale) within 4 standard errors of the prediction, its sd
+    within 20% (a sample sd of 256 is good to 4.4%). 512 stacks of width 64 and 8 layers: the
+    mean of x² within 4 standard errors of its expectation, 1."""
+    torch.manual_seed(0)
+    log_scales = final_scales(16, 64, 256).log()
+    mean, sd = log_scale_moments(16, 64)
+    assert abs(log_scales.mean().item() - mean) < 4 * sd / math.sqrt(256)
+    assert log_scales.std().item() == pytest.approx(sd, rel=0.2)
+    squares = final_scales(64, 8, 512).pow(2)
+    assert abs(squares.mean().item() - 1) < 4 * squares.std().item() / math.sqrt(512)
+
+
+def test_averaging_over_128_inputs_narrows_the_spread_of_the_first_cell() -> None:
+    """The first cell's stack (128 inputs, width 256, 20 layers): over 12 stacks the sd of
+    ln(scale) is under half of one input's, 0.198 (the batch measures about 0.04; a sample sd of
+    12 is good to about 20%)."""
+    torch.manual_seed(0)
+    batch = final_scales(256, 20, 12, n_inputs=128).log()
+    assert batch.std().item() < log_scale_moments(256, 20)[1] / 2
+
+
+def test_lesson_06_states_the_drift_of_a_linear_stack_as_predicted() -> None:
+    text = " ".join(lesson_cell("Every measured median").split())
+    for width, n_layers in ((64, 640), (256, 640)):
+        mean, sd = log_scale_moments(width, n_layers)
+        for value in (mean, mean - sd, mean + sd):
+            assert f"{math.exp(value):.2g}" in text, (width, n_layers, value)
+    mean, sd = log_scale_moments(256, 20)
+    assert f"$L/(2d) = {20 / 512:.1g}$" in text and f"typical scale is {math.exp(mean):.2g}" in text
+    assert f"about {round(100 * (math.exp(sd) - 1), -1):.0f}%" in text
+    intro = " ".join(lesson_cell("### On average, not in every network").split())
+    assert "$e^{-L/(2d)}$" in intro and "$e^{\\pm\\sqrt{L/(2d)}}$" in intro
+    summary = " ".join(lesson_cell("GPT-3's paper reports").split())
+    assert "through any depth" not in summary and "at scale 1" not in summary
+    assert f"typically {math.exp(log_scale_moments(64, 640)[0]):.2g}" in summary
+    assert "through any depth" not in lesson_cell("The file is tiny")
+
+
+@pytest.mark.slow
+def test_the_lessons_stacks_land_in_the_predicted_range() -> None:
+    """Lesson 06's measurement, run as the lecture runs it (seed 0, 8 stacks per width, 640
+    layers): every median lies in the predicted two-in-three range, and the mean of x² at
+    width 64 and 640 layers is far below its expectation of 1, as the text says."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    source = lesson_cell("widths, checkpoints = (64, 256)")
+    namespace = {"torch": torch, "math": math, "np": np, "plt": plt, "GRADING": False}
+    exec(source.replace("plt.show()", "plt.close(fig)"), namespace)
+    scales = namespace["scales"]
+    for width in (64, 256):
+        for n_layers in (10, 40, 160, 640):
+            mean, sd = log_scale_moments(width, n_layers)
+            median = scales[width][:, n_layers - 1].quantile(0.5).item()
+            assert math.exp(mean - sd) <= median <= math.exp(mean + sd), (width, n_layers)
+    assert scales[64][:, -1].pow(2).mean().item() < 0.1
+
 def test_the_log_softmax_is_half_of_what_checkpointing_keeps_in_lesson_06s_model() -> None:
     """Lesson 06's "why about a sixth": the numbers it quotes for its model (2 blocks, width
     64, 256 tokens of vocabulary, 8 sequences of 64, fp32)."""

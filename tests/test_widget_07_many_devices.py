@@ -1,7 +1,8 @@
 """Lesson 07's explorer in a real browser: the instructor version runs in JupyterLab in headless
-Chromium, controls are moved as a person would move them (a click on a ZeRO stage and on a
-checkbox, the arrow key on a slider), and what the panel shows becomes the reference's
-``parallel_plan``. Reuses tests/test_browser.py's helpers; the screenshot goes to
+Chromium, controls are moved as a person would move them (a ZeRO stage chosen from its list, a
+click on a checkbox, the arrow key on a slider), and what the panel shows becomes the
+reference's ``parallel_plan``; the controls' labels line up, and the memory bar carries the
+GPU's 80 GB as a line. Reuses tests/test_browser.py's helpers; the screenshot goes to
 build/screenshots/."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from grader.lessons import load_lesson
-from solutions.parallel_explorer import parallel_plan
+from solutions.parallel_plan import parallel_plan
 from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
@@ -35,8 +36,8 @@ def lab(tmp_path_factory, browser):
 
 def reference(**changes) -> dict:
     """``parallel_plan`` for the explorer's first settings (Llama 3 70B, 32 copies with ZeRO-1,
-    tensor 8, pipeline 4, 16 micro-batches of one sequence of 8192, 40% MFU) changed."""
-    settings = {"dp": 32, "tp": 8, "pp": 4, "zero_stage": 1, "microbatches": 16,
+    tensor 8, pipeline 4, 64 micro-batches of one sequence of 8192, 40% MFU) changed."""
+    settings = {"dp": 32, "tp": 8, "pp": 4, "zero_stage": 1, "microbatches": 64,
                 "micro_batch_size": 1, "seq_len": 8192, "mfu": 0.4, "checkpointing": False,
                 **changes}
     return parallel_plan(MODELS["Llama 3 70B"], **settings, peak_flops=H100["peak_flops"]["bf16"],
@@ -69,7 +70,16 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     assert page.locator(".ctc-plan [data-fits]").get_attribute("data-fits") == "true"
     assert page.locator(".ctc-plan [data-gpus]").get_attribute("data-gpus") == "1024"
 
-    page.locator(".ctc-zero button", has_text="3").click()  # a click, as a person
+    # the controls' labels line up: each label's box starts and ends at the same x, give or
+    # take the 2 pixels by which ipywidgets sets a slider's margin apart from a dropdown's
+    boxes = [page.locator(f".ctc-{name} .widget-label").first.bounding_box()
+             for name in ("model", "dp", "zero", "grads", "tp", "pp", "micro", "seq", "mfu")]
+    for edge in (lambda b: b["x"], lambda b: b["x"] + b["width"]):
+        assert max(map(edge, boxes)) - min(map(edge, boxes)) <= 3, boxes
+    line = page.locator(".ctc-plan [data-line]")
+    assert line.count() == 1 and float(line.get_attribute("data-line")) == H100["memory_bytes"]
+
+    page.locator(".ctc-zero select").select_option(label="3: and weights")  # as a person
     stage_3 = reference(zero_stage=3)
     assert stage_3["memory_total"] < first["memory_total"]
     assert wait_for(page, stage_3["memory_total"]) == stage_3["memory_total"]

@@ -36,7 +36,7 @@ def reference(**changes) -> dict:
     """``serving_plan`` for the explorer's first settings (Llama 2 7B on one H100 SXM, one
     sequence of 4096 tokens, bf16 weights and cache) changed by ``changes``."""
     settings = {"shape": MODELS["Llama 2 7B"], "gpu": ACCELERATORS["H100 SXM"], "n_gpus": 1,
-                "batch_size": 1, "context_len": 4096, "weight_dtype": "bf16",
+                "batch_size": 1, "context_len": 4096, "weight_format": "bf16",
                 "cache_dtype": "bf16", **changes}
     return serving_plan(**settings)
 
@@ -65,7 +65,7 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
 
     first = reference()
     assert shown(page, "cache") == (repr(first["cache"]), _gb(first["cache"]))
-    assert shown(page, "max_batch") == ("30", "30")
+    assert shown(page, "max_batch") == (repr(first["max_batch"]), "27")
     assert float(shown(page, "tokens_per_second")[0]) == first["tokens_per_second"]
     assert page.locator(".ctc-serving [data-bound]").get_attribute("data-bound") == "memory"
 
@@ -76,13 +76,16 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     batch32 = reference(batch_size=32)
     assert wait_for(page, "cache", repr(batch32["cache"])) == (repr(batch32["cache"]),
                                                                _gb(batch32["cache"]))
-    assert float(shown(page, "tokens_per_second")[0]) == batch32["tokens_per_second"]
+    # 32 sequences do not fit: no tokens per second, and the panel says why
+    assert batch32["tokens_per_second"] is None
+    assert shown(page, "tokens_per_second") == ("None", "none: the batch does not fit")
     assert page.locator(".ctc-serving [data-fits]").get_attribute("data-fits") == "false"
 
     page.locator(".ctc-cache select").select_option("fp8")  # a choice, as a person makes it
     fp8 = reference(batch_size=32, cache_dtype="fp8")
-    assert wait_for(page, "max_batch", "61") == ("61", "61")
+    assert wait_for(page, "max_batch", "54") == ("54", "54")
     assert shown(page, "cache")[0] == repr(fp8["cache"])
     assert page.locator(".ctc-serving [data-fits]").get_attribute("data-fits") == "true"
+    assert float(shown(page, "tokens_per_second")[0]) == fp8["tokens_per_second"]
     whole = page.locator(".jp-OutputArea-output").filter(has=page.locator(".ctc-serving"))
     whole.screenshot(path=str(SCREENSHOTS / "widget-08-serving.png"))

@@ -65,6 +65,23 @@ CASES: dict[str, list[Case | str]] = {
         raises("zero_comm_bytes(10, 0, 1)", "ValueError"),
         raises("zero_comm_bytes(10.0, 2, 1)", "TypeError"),
     ],
+    "accumulation_comm_bytes": [
+        *(f"accumulation_comm_bytes({_7B5}, 64, {stage}, 16)" for stage in range(4)),
+        *(f"accumulation_comm_bytes({_7B5}, 64, {stage}, 16, True)" for stage in range(4)),
+        "accumulation_comm_bytes(10, 3, 3, 2)",  # a flat buffer padded to 12 elements
+        "accumulation_comm_bytes(10, 3, 2, 5, bytes_per_grad=4)",  # fp32 gradients, bf16 weights
+        "accumulation_comm_bytes(1000, 4, 0, 8, bytes_per_grad=4)",  # DDP's one all-reduce
+        "accumulation_comm_bytes(1000, 4, 1, 3, True)",  # changes nothing for stage 1
+        "accumulation_comm_bytes(1000, 1, 3, 16)",  # one rank sends nothing
+        "accumulation_comm_bytes(0, 8, 3, 4)",
+        "accumulation_comm_bytes(70_000_000_000, 1024, 3, 2, False, 2, 4)",
+        raises("accumulation_comm_bytes(1000, 4, 3, 0)", "ValueError"),
+        raises("accumulation_comm_bytes(1000, 4, 4, 2)", "ValueError"),
+        raises("accumulation_comm_bytes(1000, 0, 2, 2)", "ValueError"),
+        raises("accumulation_comm_bytes(1000, 4, 2, 2, bytes_per_grad=-2)", "ValueError"),
+        raises("accumulation_comm_bytes(1000, 4, 2, 2.0)", "TypeError"),
+        raises("accumulation_comm_bytes(1000, 4, 3, 2, keep_unsharded=1)", "TypeError"),
+    ],
     "allreduce_seconds": [
         Case("allreduce_seconds(1e9, 8, 50e9)", rel_tol=_REL),
         Case("allreduce_seconds(1e9, 8, 50e9, 5e-6)", rel_tol=_REL),

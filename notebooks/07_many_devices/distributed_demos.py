@@ -1,18 +1,21 @@
 """Lesson 07's measurements on several CPU processes: gloo all-reduce times, the optimizer state
-``ZeroRedundancyOptimizer`` leaves on each rank, and a DDP step with and without gradient sync.
+``ZeroRedundancyOptimizer`` leaves on each rank, a DDP step with and without gradient sync, and
+the bytes DDP and FSDP send in a step of several micro-batches (gradient accumulation).
 
 A notebook cannot hand its own functions to new processes, so the lesson runs this file with
 ``subprocess`` and reads the one JSON object it prints on stdout::
 
     python distributed_demos.py allreduce --world-size 2 --sizes 4096,1048576 --repeats 10
     python distributed_demos.py zero --world-size 2 --widths 64,128,16,4
-    python distributed_demos.py ddp --world-size 2 --steps 20 --hidden 128
+    python distributed_demos.py accumulate --world-size 2 --microbatches 4 --hidden 256
 
 Each rank is a process running one thread, so the ranks do not fight over the cores. The ranks
 meet through a file in a temporary folder rather than a TCP port, so runs side by side never
 collide (gloo then connects them over sockets on ports the system picks). When a rank fails, the
 others are stopped, the error goes to stderr and the exit status is 1; bad options exit with 2.
-Every rank dies with the script, however the script dies (on Linux).
+Every rank dies with the script, however the script dies (on Linux); SIGTERM or Ctrl-C stops
+the ranks and exits. On Linux the script itself gets SIGTERM when the process that started it
+dies (a notebook's kernel restarted, say), so that nothing outlives the notebook.
 
 Backend: with ``--backend auto`` (the default) the ranks use NCCL, one GPU each, when the
 machine has a CUDA GPU for every rank, and gloo on the CPU otherwise (one GPU is not enough:
@@ -28,7 +31,9 @@ namespace of its own: ``unshare -rn`` or bubblewrap's ``--unshare-net``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import importlib
 import itertools
 import json
 import math
@@ -130,68 +135,79 @@ def _rank_values(rank: int, n_elements: int) -> torch.Tensor:
     return (torch.arange(n_elements) % 16 + rank).to(torch.float32)
 
 
-def allreduce_rank(rank: int, world_size: int, sizes: list[int], repeats: int) -> Result | None:
+def allreduce_rank(rank: int, world_size: int, sizes: list[int], repeats: int,
+                   traffic_calls: int = TRAFFIC_CALLS) -> Result | None:
     """Time ``dist.all_reduce`` of a float32 tensor of each size in bytes, and check its sum.
 
+    Every size is first checked and warmed up (``WARMUP`` untimed calls). The timed calls then
+    go round the sizes ``repeats`` times, one call of each size per round, so that a burst of
+    other work on the machine slows one call of several sizes rather than every call of one.
     Each timing starts after a barrier, so it holds the collective alone and not a rank waiting
-    for a late peer's previous work. Under gloo on Linux, ``TRAFFIC_CALLS`` more all-reduces of
+    for a late peer's previous work. Under gloo on Linux, ``traffic_calls`` more all-reduces of
     each size run between two barriers while rank 0 reads the loopback interface's byte count
-    before and after.
+    before and after (none when 0).
 
     Args:
         rank, world_size: this rank and the number of ranks.
         sizes: tensor sizes in bytes, multiples of 4.
-        repeats: timings per size (after ``WARMUP`` untimed calls).
+        repeats: timed calls per size.
+        traffic_calls: calls per size whose loopback bytes are counted (0: not counted).
 
     Returns:
         On rank 0: ``correct`` (every rank's every result equals the exact sum) and ``results``,
-        per size its bytes and rank 0's quartiles of seconds, with the slowest rank's median,
-        and ``loopback_bytes_per_rank``: the loopback bytes of one all-reduce divided by the
-        ranks (None under NCCL or without ``/proc/net/dev``). None on the other ranks.
+        per size its bytes, rank 0's fastest, slowest, quartiles and median seconds, the slowest
+        rank's median, and ``loopback_bytes_per_rank``: the loopback bytes of one all-reduce
+        divided by the ranks (None under NCCL, without ``/proc/net/dev`` or when not counted).
+        None on the other ranks.
     """
     device = _device()
-    count_traffic = dist.get_backend() == "gloo" and loopback_bytes() is not None
+    count_traffic = (traffic_calls > 0 and dist.get_backend() == "gloo"
+                     and loopback_bytes() is not None)
     correct = True
-    seconds_per_size, traffic = [], []
+    values, buffers = [], []
     for size in sizes:
         n_elements = size // 4
-        values = _rank_values(rank, n_elements).to(device)
+        values.append(_rank_values(rank, n_elements).to(device))
+        buffers.append(values[-1].clone())
         expected = sum(_rank_values(other, n_elements) for other in range(world_size))
-        buffer = values.clone()
-        dist.all_reduce(buffer)
-        correct = correct and torch.equal(buffer.cpu(), expected)
+        dist.all_reduce(buffers[-1])
+        correct = correct and torch.equal(buffers[-1].cpu(), expected)
         for _ in range(WARMUP):
-            dist.all_reduce(buffer)
-        seconds = []
-        for _ in range(repeats):
-            buffer.copy_(values)
+            dist.all_reduce(buffers[-1])
+    seconds_per_size: list[list[float]] = [[] for _ in sizes]
+    for _ in range(repeats):
+        for index, buffer in enumerate(buffers):
+            buffer.copy_(values[index])
             dist.barrier()
             _synchronize()
             start = time.perf_counter()
             dist.all_reduce(buffer)
             _synchronize()
-            seconds.append(time.perf_counter() - start)
-        seconds_per_size.append(seconds)
-        if count_traffic:
-            dist.barrier()
-            before = loopback_bytes() if rank == 0 else 0
-            dist.barrier()
-            for _ in range(TRAFFIC_CALLS):
-                dist.all_reduce(buffer)
-            dist.barrier()
-            after = loopback_bytes() if rank == 0 else 0
-            traffic.append((after - before) / TRAFFIC_CALLS / world_size)
-        else:
+            seconds_per_size[index].append(time.perf_counter() - start)
+    traffic: list[float | None] = []
+    for buffer in buffers:
+        if not count_traffic:
             traffic.append(None)
+            continue
+        dist.barrier()
+        before = loopback_bytes() if rank == 0 else 0
+        dist.barrier()
+        for _ in range(traffic_calls):
+            dist.all_reduce(buffer)
+        dist.barrier()
+        after = loopback_bytes() if rank == 0 else 0
+        traffic.append((after - before) / traffic_calls / world_size)
     gathered = _gather({"correct": correct, "seconds": seconds_per_size})
     if gathered is None:
         return None
     results = []
     for index, size in enumerate(sizes):
-        q1, median, q3 = _quartiles(gathered[0]["seconds"][index])
+        mine = gathered[0]["seconds"][index]
+        q1, median, q3 = _quartiles(mine)
         slowest = max(_quartiles(ranks["seconds"][index])[1] for ranks in gathered)
-        results.append({"bytes": size, "seconds_median": median, "seconds_q1": q1,
-                        "seconds_q3": q3, "seconds_median_slowest_rank": slowest,
+        results.append({"bytes": size, "seconds_min": min(mine), "seconds_q1": q1,
+                        "seconds_median": median, "seconds_q3": q3, "seconds_max": max(mine),
+                        "seconds_median_slowest_rank": slowest,
                         "loopback_bytes_per_rank": traffic[index]})
     return {"repeats": repeats, "correct": all(ranks["correct"] for ranks in gathered),
             "results": results}
@@ -260,99 +276,193 @@ def zero_rank(rank: int, world_size: int, widths: list[int]) -> Result | None:
                                                  for ranks in gathered)}
 
 
-def _gradients_agree(model: nn.Module) -> bool | None:
-    """Whether every rank holds the same gradients as rank 0 (on rank 0; None elsewhere)."""
-    flat = torch.cat([parameter.grad.flatten() for parameter in model.parameters()]).cpu()
-    gathered = _gather(flat)
-    return None if gathered is None else all(torch.equal(g, gathered[0]) for g in gathered)
+# The torch.distributed functions through which FSDP2 all-gathers and reduce-scatters (torch
+# 2.13 calls the *_single ones; the others are their older names).
+_FSDP_COLLECTIVES = {"all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
+                     "reduce_scatter_single": "reduce_scatter",
+                     "reduce_scatter_tensor": "reduce_scatter"}
 
 
-def ddp_rank(rank: int, world_size: int, steps: int, hidden: int,
-             batch_size: int) -> Result | None:
-    """Time training steps of an MLP under ``DistributedDataParallel``, with and without the
-    gradient all-reduce (``no_sync``), and check what the all-reduce does.
+class _CollectiveCounter:
+    """While active, counts FSDP's all-gathers and reduce-scatters and the bytes of the whole
+    (unsharded) tensor of each, by wrapping the torch.distributed functions FSDP calls (one
+    call that another wrapped function makes on its behalf is not counted twice)."""
 
-    A step is zero_grad, forward, backward (where DDP all-reduces the gradients, bucket by
-    bucket, while the backward goes on) and an SGD step. The two kinds of step alternate, each
-    after a barrier. Under ``no_sync`` each rank steps with its own gradients, so the ranks'
-    weights drift apart, which changes the work of neither kind of step.
+    def __init__(self) -> None:
+        self.calls = {"all_gather": 0, "reduce_scatter": 0}
+        self.whole_bytes = {"all_gather": 0, "reduce_scatter": 0}
+        self._depth = 0
+        self._originals: dict[str, Callable[..., Any]] = {}
 
-    Args:
-        rank, world_size: this rank and the number of ranks.
-        steps: timed steps of each kind (after ``WARMUP`` untimed ones).
-        hidden: the model's width: hidden -> 4 hidden -> hidden.
-        batch_size: examples per rank per step (each rank draws its own).
+    def __enter__(self) -> _CollectiveCounter:
+        for name, op in _FSDP_COLLECTIVES.items():
+            original = getattr(dist, name, None)
+            if original is None:
+                continue
+            self._originals[name] = original
+
+            def counted(*args: Any, _original: Callable[..., Any] = original, _op: str = op,
+                        **kwargs: Any) -> Any:
+                if self._depth == 0:
+                    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+                    self.calls[_op] += 1
+                    self.whole_bytes[_op] += max(t.nbytes for t in tensors[:2])
+                self._depth += 1
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    self._depth -= 1
+
+            setattr(dist, name, counted)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, original in self._originals.items():
+            setattr(dist, name, original)
+
+    def reset(self) -> None:
+        for op in self.calls:
+            self.calls[op] = self.whole_bytes[op] = 0
+
+
+ACCUMULATION_MODES = ("ddp_every", "ddp_no_sync", "fsdp_reshard", "fsdp_keep")
+
+
+def _accumulation_model(mode: str, widths: list[int]) -> nn.Module:
+    """The MLP of ``widths`` wrapped as ``mode`` runs it: DDP, or FSDP2 with each linear layer
+    a unit of its own (``fully_shard``), resharding after the forward pass (the default) or
+    keeping the gathered weights (``reshard_after_forward=False``)."""
+    model = _mlp(widths)
+    if mode.startswith("ddp"):
+        return DistributedDataParallel(model)
+    # Imported here, not at the top: FSDP pulls in a second of imports the other demos skip.
+    from torch.distributed.fsdp import fully_shard
+
+    keep = mode == "fsdp_keep"
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, reshard_after_forward=not keep)
+    return fully_shard(model, reshard_after_forward=not keep)
+
+
+def _accumulation_step(mode: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+                       batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """One optimizer step over the micro-batches ``batches``, as ``mode`` runs it:
+
+    - ``ddp_every``: DDP all-reduces the gradients after every micro-batch's backward pass;
+    - ``ddp_no_sync``: every micro-batch but the last runs under ``no_sync``;
+    - ``fsdp_reshard``: FSDP's default: gathers the weights for every forward and backward pass,
+      reduce-scatters the gradients after every backward pass;
+    - ``fsdp_keep``: gathers once and keeps the weights and whole gradients until the last
+      micro-batch (``set_requires_gradient_sync``, ``set_reshard_after_backward``).
+    """
+    m = len(batches)
+    for index, (inputs, targets) in enumerate(batches):
+        last = index == m - 1
+        if mode == "fsdp_keep":
+            model.set_requires_gradient_sync(last)
+            model.set_reshard_after_backward(last)
+        skip_sync = mode == "ddp_no_sync" and not last
+        with model.no_sync() if skip_sync else contextlib.nullcontext():
+            (nn.functional.mse_loss(model(inputs), targets) / m).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def _full_weights(model: nn.Module) -> torch.Tensor:
+    """The model's weights as one flat tensor on every rank (FSDP's shards gathered)."""
+    parameters = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
+    return torch.cat([p.detach().flatten() for p in parameters])
+
+
+def accumulate_rank(rank: int, world_size: int, microbatches: int, steps: int, hidden: int,
+                    batch_size: int) -> Result | None:
+    """Gradient accumulation under DDP and FSDP: the bytes a step of ``microbatches``
+    micro-batches sends, and its time, in each of ``ACCUMULATION_MODES``.
+
+    Four copies of one float32 MLP (hidden -> 4 hidden -> hidden, the same weights) train on the
+    same micro-batches (each rank its own), one per mode. Each mode first runs one untimed step;
+    rank 0 counts the loopback bytes of the next one (under gloo on Linux), and FSDP's
+    all-gathers and reduce-scatters in it; then the modes take turns, one timed step each, for
+    ``steps`` rounds. At the end the four copies' weights must agree: accumulating one way or
+    another changes the bytes, not the sum.
 
     Returns:
-        On rank 0: the parameters, the gradient bytes all-reduced per step (float32), DDP's
-        bucket cap in bytes, whether the ranks' gradients agree after a backward with sync and
-        without it, and rank 0's quartiles of seconds per step of each kind with the slowest
-        rank's median. None on the other ranks.
+        On rank 0: ``n_params``, ``parameter_bytes`` (float32), and per mode the loopback bytes
+        per rank of one step (None where not counted), FSDP's collective calls and the bytes of
+        their whole tensors in one step, rank 0's fastest and median seconds per step and the
+        slowest rank's median; ``max_abs_difference`` between the modes' weights at the end.
+        None on the other ranks.
     """
-    device = _device()
-    model = DistributedDataParallel(_mlp([hidden, 4 * hidden, hidden]).to(device))
-    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-    generator = torch.Generator().manual_seed(SEED + 1 + rank)  # each rank its own batch
-    inputs = torch.randn(batch_size, hidden, generator=generator).to(device)
-    targets = torch.randn(batch_size, hidden, generator=generator).to(device)
-
-    def backward() -> None:
-        optimizer.zero_grad()
-        nn.functional.mse_loss(model(inputs), targets).backward()
-
-    backward()
-    agree_with_sync = _gradients_agree(model)
-    with model.no_sync():
-        backward()
-    agree_without_sync = _gradients_agree(model)
-
-    seconds: dict[bool, list[float]] = {True: [], False: []}
-    for index in range(WARMUP + steps):
-        for sync in (True, False):
+    widths = [hidden, 4 * hidden, hidden]
+    generator = torch.Generator().manual_seed(SEED + 1 + rank)  # each rank its own batches
+    batches = [(torch.randn(batch_size, hidden, generator=generator),
+                torch.randn(batch_size, hidden, generator=generator))
+               for _ in range(microbatches)]
+    models = {mode: _accumulation_model(mode, widths) for mode in ACCUMULATION_MODES}
+    optimizers = {mode: torch.optim.SGD(models[mode].parameters(), lr=LEARNING_RATE)
+                  for mode in ACCUMULATION_MODES}
+    count_traffic = loopback_bytes() is not None
+    counted: dict[str, Any] = {}
+    with _CollectiveCounter() as counter:
+        for mode in ACCUMULATION_MODES:
+            _accumulation_step(mode, models[mode], optimizers[mode], batches)  # warm up
+            counter.reset()
             dist.barrier()
-            _synchronize()
+            before = loopback_bytes() if rank == 0 and count_traffic else 0
+            dist.barrier()
+            _accumulation_step(mode, models[mode], optimizers[mode], batches)
+            dist.barrier()
+            after = loopback_bytes() if rank == 0 and count_traffic else 0
+            counted[mode] = {
+                "loopback_bytes_per_rank": (after - before) / world_size if count_traffic
+                else None,
+                "calls": dict(counter.calls), "whole_bytes": dict(counter.whole_bytes)}
+    seconds: dict[str, list[float]] = {mode: [] for mode in ACCUMULATION_MODES}
+    for _ in range(steps):
+        for mode in ACCUMULATION_MODES:
+            dist.barrier()
             start = time.perf_counter()
-            if sync:
-                backward()
-            else:
-                with model.no_sync():
-                    backward()
-            optimizer.step()
-            _synchronize()
-            if index >= WARMUP:
-                seconds[sync].append(time.perf_counter() - start)
+            _accumulation_step(mode, models[mode], optimizers[mode], batches)
+            seconds[mode].append(time.perf_counter() - start)
+    weights = {mode: _full_weights(models[mode]) for mode in ACCUMULATION_MODES}
+    reference = weights[ACCUMULATION_MODES[0]]
+    difference = max((w - reference).abs().max().item() for w in weights.values())
     gathered = _gather(seconds)
     if gathered is None:
         return None
-    timings = {}
-    for sync, label in ((True, "sync"), (False, "no_sync")):
-        q1, median, q3 = _quartiles(seconds[sync])
-        timings[label] = {"seconds_median": median, "seconds_q1": q1, "seconds_q3": q3,
-                          "seconds_median_slowest_rank": max(_quartiles(ranks[sync])[1]
-                                                             for ranks in gathered)}
-    return {"steps": steps, "hidden": hidden, "batch_size": batch_size,
-            "n_params": sum(parameter.numel() for parameter in model.parameters()),
-            "gradient_bytes": sum(parameter.nbytes for parameter in model.parameters()),
-            "bucket_cap_bytes": model.bucket_bytes_cap,
-            "gradients_agree_with_sync": agree_with_sync,
-            "gradients_agree_without_sync": agree_without_sync, **timings}
+    modes = {}
+    for mode in ACCUMULATION_MODES:
+        _, median, _ = _quartiles(seconds[mode])
+        modes[mode] = {**counted[mode], "seconds_min": min(seconds[mode]),
+                       "seconds_median": median,
+                       "seconds_median_slowest_rank": max(_quartiles(ranks[mode])[1]
+                                                          for ranks in gathered)}
+    n_params = sum(p.numel() for p in _mlp(widths).parameters())
+    return {"microbatches": microbatches, "steps": steps, "hidden": hidden,
+            "batch_size": batch_size, "n_params": n_params, "parameter_bytes": 4 * n_params,
+            "modes": modes, "max_abs_difference": difference}
 
 
+PREIMPORTS = {"zero": ("torch._dynamo", "torch.distributed.optim"),
+              "accumulate": ("torch._dynamo", "torch.distributed.fsdp")}
 DEMOS: dict[str, Callable[..., Result | None]] = {
-    "allreduce": allreduce_rank, "zero": zero_rank, "ddp": ddp_rank}
+    "allreduce": allreduce_rank, "zero": zero_rank, "accumulate": accumulate_rank}
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Have Linux kill this rank outright when the script's process dies, however it dies.
+def _die_with_parent(parent_pid: int, how: signal.Signals = signal.SIGKILL) -> None:
+    """Have Linux send this process ``how`` when its parent dies, however the parent dies.
 
-    A notebook's interrupt makes ``subprocess.run`` SIGKILL the script; the SIGINT that torch
-    then sends each rank arrives while ranks wait in different collectives, and they hang there
-    until ``COLLECTIVE_TIMEOUT``. Elsewhere than Linux, torch's SIGINT is all there is.
+    A rank gets SIGKILL when the script dies: a script killed outright cannot stop its ranks,
+    and a rank left waiting in a collective for a dead peer would hang until
+    ``COLLECTIVE_TIMEOUT``. The script gets SIGTERM when the process that started it dies, and
+    stops its ranks on the way out. Elsewhere than Linux the script stops its ranks whenever
+    it ends by an exception, and nothing more is done.
     """
     if sys.platform != "linux":
         return
     pr_set_pdeathsig = 1  # from <linux/prctl.h>
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, how)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
 
@@ -363,6 +473,9 @@ def _run_rank(rank: int, command: str, options: dict[str, Any], world_size: int,
     write the result to ``folder/result.json``."""
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked rank inherits main's handler
+    # Ctrl-C in a terminal reaches every process of the group: the script stops the ranks,
+    # which need not each print a traceback of their own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -457,7 +570,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                 raise ValueError(f"--sizes are bytes of float32 tensors, so multiples of 4; "
                                  f"got {size}")
         return {"sizes": sizes,
-                "repeats": _check_range("--repeats", args.repeats, 1, MAX_REPEATS)}
+                "repeats": _check_range("--repeats", args.repeats, 1, MAX_REPEATS),
+                "traffic_calls": _check_range("--traffic-calls", args.traffic_calls, 0,
+                                              MAX_REPEATS)}
     if args.command == "zero":
         widths = _integers("--widths", args.widths, 1, MAX_WIDTH, at_least=2)
         n_tensors = 2 * (len(widths) - 1)
@@ -466,7 +581,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                              f"fewer than the {args.world_size} ranks: "
                              "ZeroRedundancyOptimizer needs one on every rank")
         return {"widths": widths}
-    return {"steps": _check_range("--steps", args.steps, 1, MAX_STEPS),
+    return {"microbatches": _check_range("--microbatches", args.microbatches, 1, MAX_STEPS),
+            "steps": _check_range("--steps", args.steps, 1, MAX_STEPS),
             "hidden": _check_range("--hidden", args.hidden, 1, MAX_WIDTH),
             "batch_size": _check_range("--batch-size", args.batch_size, 1, MAX_WIDTH)}
 
@@ -480,19 +596,25 @@ def _parser() -> argparse.ArgumentParser:
     allreduce.add_argument("--sizes", default="4096,65536,1048576,16777216",
                            help="tensor sizes in bytes, comma-separated (multiples of 4)")
     allreduce.add_argument("--repeats", type=int, default=10, help="timings per size")
+    allreduce.add_argument("--traffic-calls", type=int, default=TRAFFIC_CALLS,
+                           help="all-reduces per size whose loopback bytes are counted (0: none)")
     zero = commands.add_parser("zero", help="ZeroRedundancyOptimizer's AdamW state per rank")
     zero.add_argument("--widths", default="64,128,16,4",
                       help="the model's layer widths, comma-separated")
-    ddp = commands.add_parser("ddp", help="DDP steps with and without gradient sync")
-    ddp.add_argument("--steps", type=int, default=20, help="timed steps of each kind")
-    ddp.add_argument("--hidden", type=int, default=128, help="model width")
-    ddp.add_argument("--batch-size", type=int, default=32, help="examples per rank per step")
-    for command in (allreduce, zero, ddp):
+    accumulate = commands.add_parser(
+        "accumulate", help="DDP and FSDP over several micro-batches per step: bytes and time")
+    accumulate.add_argument("--microbatches", type=int, default=4,
+                            help="micro-batches per optimizer step")
+    accumulate.add_argument("--steps", type=int, default=5, help="timed steps of each mode")
+    accumulate.add_argument("--hidden", type=int, default=256, help="model width")
+    accumulate.add_argument("--batch-size", type=int, default=16,
+                            help="examples per rank per micro-batch")
+    for command in (allreduce, zero, accumulate):
         command.add_argument("--world-size", type=int, default=2,
                              help=f"number of processes (1 to {MAX_WORLD_SIZE})")
         command.add_argument("--backend", choices=BACKENDS, default="auto",
                              help="auto: NCCL with a GPU per rank, else gloo on the CPU")
-    parser.commands = {"allreduce": allreduce, "zero": zero, "ddp": ddp}
+    parser.commands = {"allreduce": allreduce, "zero": zero, "accumulate": accumulate}
     return parser
 
 
@@ -513,16 +635,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_range("--world-size", args.world_size, 1, MAX_WORLD_SIZE)
         options = _options(args)
-        # ZeroRedundancyOptimizer's demo counts CPU tensors' bytes: it runs on gloo only.
-        if args.command == "zero" and args.backend == "nccl":
-            raise ValueError("the zero demo counts the bytes of CPU tensors: it runs on gloo "
-                             "only (leave out --backend, or give gloo)")
-        backend = "gloo" if args.command == "zero" else choose_backend(args.backend,
-                                                                       args.world_size)
+        # The zero demo counts CPU tensors' bytes and the accumulate demo loopback bytes: they
+        # run on gloo only.
+        if args.command in ("zero", "accumulate") and args.backend == "nccl":
+            raise ValueError(f"the {args.command} demo counts bytes on the CPU: it runs on "
+                             "gloo only (leave out --backend, or give gloo)")
+        backend = ("gloo" if args.command in ("zero", "accumulate")
+                   else choose_backend(args.backend, args.world_size))
     except ValueError as error:
         parser.commands[args.command].error(str(error))
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    _die_with_parent(os.getppid(), signal.SIGTERM)
     start = time.perf_counter()
+    if start_method(backend) == "fork":
+        # Seconds of imports that every rank of these demos needs, done once here rather than
+        # once in every forked rank: ZeroRedundancyOptimizer's module pulls in FSDP, an
+        # optimizer's first step torch._dynamo, and so does DDP's constructor.
+        for module in PREIMPORTS.get(args.command, ()):
+            importlib.import_module(module)
     try:
         result = launch(args.command, options, args.world_size, backend)
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
