@@ -63,16 +63,16 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup
 
-# The course's Validate button (grader/labextension/): its build is committed, so that students
+# The course's Validate button (grader/lab/labextension/): its build is committed, so that students
 # need no Node.js; after changing index.js or style/, rebuild it here (needs npm) and commit.
-LABEXT := grader/labextension
+LABEXT := grader/lab/labextension
 labextension: $(VENV)/.installed
 	cd $(LABEXT) && npm ci --silent --no-fund --no-audit
 	rm -rf $(LABEXT)/share
 	cd $(LABEXT) && node node_modules/@jupyterlab/builder/lib/build-labextension.js \
 	  --core-path "$$($(CURDIR)/$(BIN)/python -c 'import jupyterlab, os; \
 	    print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" . >/dev/null
-	$(BIN)/python -c 'from grader.lab import button_sources; print(button_sources())' \
+	$(BIN)/python -c 'from grader.lab.server import button_sources; print(button_sources())' \
 	  > $(LABEXT)/built-from.txt
 
 lint: $(VENV)/.installed

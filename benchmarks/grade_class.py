@@ -28,7 +28,7 @@ from nbformat.v4 import new_code_cell
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from grader.lessons import load_lesson  # noqa: E402
+from grader.content.lessons import load_lesson  # noqa: E402
 
 
 def build_class(lesson, release_nb: Path, folder: Path, students: int) -> None:

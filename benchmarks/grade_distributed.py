@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.grade_class import build_class  # noqa: E402
-from grader.lessons import load_lesson  # noqa: E402
+from grader.content.lessons import load_lesson  # noqa: E402
 from tests import servers  # noqa: E402
 
 

@@ -50,7 +50,9 @@ def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
-            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            submodules = [f"{base}.{a.name}" for a in node.names
+                          if f"{base}.{a.name}" in known]
+            targets = submodules or [base]  # ``from package import module``: the module
         else:
             continue
         for target in targets:

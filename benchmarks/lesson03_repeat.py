@@ -25,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 
-from grader.progress import execute
+from grader.lab.progress import execute
 
 LESSON = Path(__file__).resolve().parent.parent / "notebooks" / "03_matmul_flops"
 MARKER = "LESSON03-FIGURES "

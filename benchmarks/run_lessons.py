@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from grader.progress import execute
+from grader.lab.progress import execute
 
 REPO = Path(__file__).resolve().parent.parent
 PASSED = "all visible checks passed"

@@ -32,9 +32,9 @@ import nbformat
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from grader import ledger  # noqa: E402
+from grader.content.lessons import load_lesson  # noqa: E402
 from grader.course import Course  # noqa: E402
-from grader.lessons import load_lesson  # noqa: E402
+from grader.gradebook import ledger  # noqa: E402
 
 PLANTED_COPIES = 10
 PLANTED_IDENTICAL = 3

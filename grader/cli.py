@@ -8,11 +8,12 @@ import sys
 import threading
 from pathlib import Path
 
-from grader.faults import Unavailable
-from grader.handins import LAYOUTS
-from grader.intake import inert
-from grader.lessons import CourseError, lesson_names, load_lesson
-from grader.sandbox import Limits
+from grader.common.errors import CourseError
+from grader.common.faults import Unavailable
+from grader.common.text import inert
+from grader.content.lessons import lesson_names, load_lesson
+from grader.grading.limits import Limits
+from grader.intake.handins import LAYOUTS
 
 
 def default_jobs() -> int:
@@ -20,12 +21,13 @@ def default_jobs() -> int:
                else (os.cpu_count() or 1))
 
 USAGE = """\
-python -m grader sync [--check] [LESSON ...]      notebooks <- solutions/, grader/cases/, data/
+python -m grader sync [--check] [LESSON ...]      notebooks <- solutions/, grader/content/cases/,
+data/
 python -m grader release [LESSON ...]             student versions -> <course-dir>/release/LESSON/
                  [--exchange [DIR]] [--course-id ID]  and to nbgrader's exchange (JupyterHub)
 python -m grader collect LESSON                   submissions from the exchange -> collected/
 python -m grader autograde LESSON SUBMISSIONS     grade <student_id>/<notebook>.ipynb (folder, zip)
-                 [--from LAYOUT] | --collected    or an LMS's download as it came (see README)
+                 [--from LAYOUT] | --collected    or an LMS's download as it came (docs/lms.md)
 python -m grader feedback LESSON [--zip]          HTML feedback per student (--zip: for the LMS,
                  [--exchange [DIR]]               --exchange: for the students' Assignment List)
 python -m grader export [--format csv|canvas|moodle|moodle-worksheet] [--roster FILE]
@@ -221,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--roster", type=Path, metavar="FILE", action="append",
                         help="the LMS's identifiers of each student: a CSV with a student_id "
                              "column, Canvas's gradebook export or Moodle's grading worksheet "
-                             "(see README); give it once per file (Moodle: one per lesson)")
+                             "(docs/lms.md); give it once per file (Moodle: one per lesson)")
     export.add_argument("--assignments", type=Path, metavar="FILE",
                         help="CSV lesson,title,id,points: the LMS assignment of each lesson "
                              "(needed for canvas; points scale the scores)")
@@ -311,12 +313,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.command == "sync":
-        from grader.sync import sync
+        from grader.content.sync import sync
 
         return sync(lesson_names(args.lessons), check_only=args.check)
 
     if args.command == "worker":
-        from grader.distributed import worker
+        from grader.grading.distributed import worker
 
         return worker(args.broker, args.concurrency, args.visibility_timeout)
 
@@ -335,22 +337,23 @@ def run(args: argparse.Namespace) -> int:
     if args.command in ("autograde", "feedback", "export", "report", "review"):
         course.deadlines()  # a bad value stops the command here, its warnings said once
     if args.command == "deadlines":
-        from grader.deadlines_check import show
+        from grader.gradebook.deadlines_check import show
 
         return show(course, check=args.check)
     if args.command == "release":
         to_exchange = args.exchange is not None
         if to_exchange:
-            from grader import exchange
+            from grader.intake import exchange
+            from grader.outputs import publish
 
             where = exchange.settings(course, args.exchange, args.course_id, remember=True)
         for lesson in lesson_names(args.lessons):
             course.release(lesson)
             if to_exchange:
-                exchange.publish(course, lesson, where)
+                publish.publish(course, lesson, where)
         return 0
     if args.command == "collect":
-        from grader import exchange
+        from grader.intake import exchange
 
         exchange.collect(course, load_lesson(args.lesson),
                          exchange.settings(course, args.exchange, args.course_id),
@@ -365,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
                               if args.collected else "give SUBMISSIONS: a folder or zip of "
                               "hand-ins, or --collected for what python -m grader collect took")
         if args.collected:
-            from grader.exchange import COLLECTED
+            from grader.intake.exchange import COLLECTED
 
             if not (course.root / COLLECTED).is_dir():
                 raise CourseError(f"nothing collected yet in {course.root / COLLECTED}: run "
@@ -390,26 +393,27 @@ def run(args: argparse.Namespace) -> int:
         lesson = load_lesson(args.lesson)
         course.feedback(lesson, zips=args.zip)
         if args.exchange is not None:
-            from grader import exchange
+            from grader.intake import exchange
+            from grader.outputs import publish
 
-            exchange.release_feedback(course, lesson,
-                                      exchange.settings(course, args.exchange, args.course_id))
+            publish.release_feedback(course, lesson,
+                                     exchange.settings(course, args.exchange, args.course_id))
         return 0
     if args.command == "report":
-        from grader.report import report
+        from grader.outputs.report import report
 
         report(course, load_lesson(args.lesson))
         return 0
     if args.command == "review":
         return review_command(course, args)
     if args.command == "similarity":
-        from grader.similarity import similarity
+        from grader.outputs.similarity import similarity
 
         similarity(course, load_lesson(args.lesson), args.threshold, args.min_shared,
                    args.ignore_common)
         return 0
     if args.command == "export":
-        from grader.export import export, export_per_exercise
+        from grader.outputs.export import export, export_per_exercise
 
         if args.per_exercise:
             if args.format != "csv":
@@ -424,17 +428,17 @@ def run(args: argparse.Namespace) -> int:
                lesson=load_lesson(args.lesson).name if args.lesson else None)
         return 0
     if args.command == "demo":
-        from grader.lab import demo
+        from grader.lab.server import demo
 
         return demo(course, load_lesson(args.lesson), fresh=args.fresh, port=args.port)
     if args.command == "lab":
-        from grader.lab import lab
+        from grader.lab.server import lab
 
         return lab(course, args.workspace, smoke=args.smoke, port=args.port,
                    reset=lesson_names(args.reset) if args.reset else [])
     if args.command == "progress":
-        from grader.lab import DEFAULT_WORKSPACE
-        from grader.progress import progress
+        from grader.lab.progress import progress
+        from grader.lab.server import DEFAULT_WORKSPACE
 
         return progress((args.workspace or DEFAULT_WORKSPACE).resolve(),
                         lesson_names(args.lessons))
@@ -443,7 +447,7 @@ def run(args: argparse.Namespace) -> int:
 
 def review_command(course, args: argparse.Namespace) -> int:
     """``review``: list the flagged, show a student, or record a decision."""
-    from grader import review
+    from grader.gradebook import review
 
     lesson = load_lesson(args.lesson)
     decision = bool(args.accept or args.set or args.total is not None or args.clear

@@ -322,7 +322,7 @@ def chinchilla_forward_flops(n_layers: int, d_model: int, seq_len: int, vocab_si
 
 # ------------------------------------------------------------------ predictions
 # The answers to the lesson's "predict first" questions. The notebook holds each one sealed
-# (grader.notebook_checks.seal); tests/test_backprop.py checks each against its oracle.
+# (grader.content.notebook_checks.seal); tests/test_backprop.py checks each against its oracle.
 
 # Section 3: a training step of section 2's network with B = 128, D = K = 512 and no gradient
 # for x, as a fraction of 6 x parameters x B: (4BD² + 6BDK) / (6BD² + 6BDK) = 10/12 at D = K

@@ -205,7 +205,7 @@ def mfu(flops: float, seconds: float, peak_flops: float) -> float:
 
 # ------------------------------------------------------------------ predictions
 # The answers to the lesson's "predict first" questions. The notebook holds each one sealed
-# (grader.notebook_checks.seal); tests/test_flops.py checks each against its oracle.
+# (grader.content.notebook_checks.seal); tests/test_flops.py checks each against its oracle.
 
 # Section 5: what FlopCounterMode counts for `a @ v`, a (256, 256) matrix times a vector of 256:
 # (a) 2 x 256 x 256, as matmul_flops(256, 256, 1); (b) 0; (c) 256 x 256. torch runs it as

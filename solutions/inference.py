@@ -329,7 +329,7 @@ def simulate_serving(requests: list[tuple[float, int, int]], max_batch: int,
 
 # ------------------------------------------------------------------ predictions
 # The answers to the lesson's "predict first" questions. The notebook holds each one sealed
-# (grader.notebook_checks.seal); tests/test_inference.py checks each against its oracle.
+# (grader.content.notebook_checks.seal); tests/test_inference.py checks each against its oracle.
 
 # Graded: the bytes of the float32 KV cache of lesson 04's TinyTransformer (vocab 256, d_model
 # 64, 2 layers, 4 heads) after a batch of 8 sequences generates 32 new tokens after a prompt of

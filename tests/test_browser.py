@@ -19,9 +19,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader.content.lessons import all_lessons, load_lesson
 from grader.course import Course
-from grader.lab import lab_environment, running_lab
-from grader.lessons import all_lessons, load_lesson
+from grader.lab.server import lab_environment, running_lab
 from tests.grading_helpers import (
     WRONG_ANSWERS,
     answered,

@@ -11,11 +11,18 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader import notebook_checks
-from grader.cases import Case, raises
-from grader.lessons import CourseError
-from grader.notebook_checks import _difference, check, check_raises
-from grader.probe import (
+from grader.common.errors import CourseError
+from grader.content import notebook_checks
+from grader.content.cases import Case, raises
+from grader.content.notebook_checks import _difference, check, check_raises
+from grader.content.sync import (
+    BEGIN_SOLUTION,
+    END_SOLUTION,
+    hidden_check_lines,
+    render_literal,
+    solution_cell_source,
+)
+from grader.grading.probe import (
     Check,
     Exercise,
     Raises,
@@ -23,13 +30,6 @@ from grader.probe import (
     judge,
     parse_replies,
     probe_source,
-)
-from grader.sync import (
-    BEGIN_SOLUTION,
-    END_SOLUTION,
-    hidden_check_lines,
-    render_literal,
-    solution_cell_source,
 )
 from solutions import floats
 
@@ -223,7 +223,7 @@ def test_render_literal_round_trips_a_zero_dim_tensor() -> None:
 def test_feedback_redacts_the_hidden_region_and_errors_raised_by_hidden_checks() -> None:
     from nbformat.v4 import new_code_cell, new_output
 
-    from grader.preprocessors import RedactHiddenTests
+    from grader.outputs.preprocessors import RedactHiddenTests
 
     source = ("check('decode(1, FP16)', 5.96e-08)\nprint('ok')\n### BEGIN HIDDEN TESTS\n"
               "check('decode(0x7BFF, FP16)', 65504.0)\n### END HIDDEN TESTS")
@@ -244,7 +244,7 @@ def test_export_quotes_fields_and_defuses_spreadsheet_formulas(tmp_path) -> None
     import csv
 
     from grader.course import Course
-    from grader.export import export
+    from grader.outputs.export import export
 
     course = Course(tmp_path / "course", log=lambda _: None)
     course.grades = lambda: [{"student_id": "ann", "lesson": "01_float_formats", "score": 3.0,
@@ -261,10 +261,10 @@ def test_zip_links_are_refused_and_zip_bombs_refused_whole(tmp_path, monkeypatch
     import stat
     import zipfile
 
-    from grader import intake
-    from grader.course import _unpacked
-    from grader.handins import recognise
-    from grader.lessons import CourseError
+    from grader.common.errors import CourseError
+    from grader.gradebook.batch import _unpacked
+    from grader.intake import zips as intake
+    from grader.intake.handins import recognise
 
     monkeypatch.setattr(intake, "MAX_ZIP_BYTES", 1000)  # stands for 2 GiB
     link = tmp_path / "link.zip"
@@ -289,7 +289,7 @@ def test_zip_links_are_refused_and_zip_bombs_refused_whole(tmp_path, monkeypatch
 def test_a_zip_member_whose_header_lies_about_its_size_is_refused(tmp_path) -> None:
     import zipfile
 
-    from grader.intake import unpack_zip
+    from grader.intake.zips import unpack_zip
 
     lying = tmp_path / "lying.zip"
     with zipfile.ZipFile(lying, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -378,7 +378,7 @@ def test_running_ahead_and_interrupting_say_one_line_each() -> None:
 
 @pytest.mark.slow
 def test_a_prediction_is_told_how_close_it_is_without_the_answer_in_the_cell() -> None:
-    from grader.notebook_checks import seal
+    from grader.content.notebook_checks import seal
 
     near, far, missing, untouched, choice, no_choice, word = run_cells(
         f"guess = 300.0\ncheck_prediction('guess', {seal(295.3)!r})",
@@ -399,8 +399,8 @@ def test_a_prediction_is_told_how_close_it_is_without_the_answer_in_the_cell() -
 
 @pytest.mark.slow
 def test_a_graded_prediction_says_in_or_outside_its_band_and_marks_no_point() -> None:
-    from grader.lab_validate import MARK
-    from grader.notebook_checks import seal
+    from grader.content.notebook_checks import seal
+    from grader.lab.validate import MARK
 
     inside, outside, missing, big = run_cells(
         f"guess = 300.0\ncheck_prediction('guess', {seal(295.3)!r}, rel_tol=0.1, graded=True)",
@@ -432,7 +432,7 @@ def test_a_measured_prediction_is_set_beside_the_measurement() -> None:
 
 
 def test_numbers_are_printed_as_people_write_them() -> None:
-    from grader.notebook_checks import readable
+    from grader.content.notebook_checks import readable
 
     assert [readable(x) for x in (18874368, 18874368.0, 295.343, 0.0123, 1.5e-8, 2.0,
                                   123456.7, -0.5, 0)] == [
@@ -442,7 +442,7 @@ def test_numbers_are_printed_as_people_write_them() -> None:
 def test_validate_sums_up_each_exercise_with_its_points() -> None:
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-    from grader.lab_validate import HIDDEN_NOTE, summarize
+    from grader.lab.validate import HIDDEN_NOTE, summarize
 
     def test_cell(name: str, points: int, *outputs):
         cell = new_code_cell("...", outputs=list(outputs))
@@ -471,7 +471,7 @@ def test_validate_counts_no_point_for_a_prediction_outside_its_band() -> None:
     grading: Validate neither counts it as passing nor counts its point."""
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-    from grader.lab_validate import MARK, exercises, headline, nbgrader_answer
+    from grader.lab.validate import MARK, exercises, headline, nbgrader_answer
 
     def test_cell(name: str, points: int, *outputs, ran: bool = True):
         cell = new_code_cell("...", outputs=list(outputs), execution_count=1 if ran else None)

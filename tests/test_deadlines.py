@@ -12,7 +12,7 @@ import csv
 import json
 import re
 import zipfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -21,18 +21,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader.deadlines import (
-    Policy,
-    _wall,
-    late_periods,
-    naive_time,
-    nbgrader_timestamp,
-    parse,
-    parse_time,
-    penalty_fraction,
-)
-from grader.intake import unpack_zip
-from grader.lessons import CourseError, load_lesson
+from grader.common.errors import CourseError
+from grader.content.lessons import load_lesson
+from grader.gradebook.deadlines import Policy, _wall, late_periods, parse, penalty_fraction
+from grader.intake.times import naive_time, nbgrader_timestamp, parse_time
+from grader.intake.zips import unpack_zip
 from tests.grading_helpers import grader, read_export, read_notebook
 from tests.test_review import command
 
@@ -47,7 +40,7 @@ def at(zone: ZoneInfo, *fields: int) -> datetime:
 
 def after(due: datetime, **elapsed: float) -> datetime:
     """``due`` plus elapsed time (aware + timedelta in one zone would add wall-clock time)."""
-    return (due.astimezone(timezone.utc) + timedelta(**elapsed)).astimezone(due.tzinfo)
+    return (due.astimezone(UTC) + timedelta(**elapsed)).astimezone(due.tzinfo)
 
 
 # ------------------------------------------------------------------ arithmetic
@@ -109,13 +102,13 @@ def test_a_day_across_the_spring_change_in_new_york_is_23_hours() -> None:
 def test_day_periods_end_at_the_due_wall_time_on_later_dates(zone: ZoneInfo, naive: datetime,
                                                              seconds: int) -> None:
     due = naive.replace(tzinfo=zone, fold=0)
-    due = due.astimezone(timezone.utc).astimezone(zone)  # a wall time that exists
+    due = due.astimezone(UTC).astimezone(zone)  # a wall time that exists
     submitted = after(due, seconds=seconds)
     days = late_periods("day", due, submitted)
     assert days >= 1
-    utc = submitted.astimezone(timezone.utc)
-    assert _wall(due, days - 1).astimezone(timezone.utc) < utc <= _wall(due, days).astimezone(
-        timezone.utc)
+    utc = submitted.astimezone(UTC)
+    assert _wall(due, days - 1).astimezone(UTC) < utc <= _wall(due, days).astimezone(
+        UTC)
     assert days <= late_periods("day", due, submitted + timedelta(hours=1))  # monotonic
 
 
@@ -173,9 +166,9 @@ def test_a_bad_file_is_refused_with_what_to_write(text: str, message: str) -> No
 
 def test_times_from_nbgrader_zips_and_offsets() -> None:
     assert nbgrader_timestamp("2025-03-10 22:59:00.5 UTC") == at(
-        timezone.utc, 2025, 3, 10, 22, 59).timestamp() + 0.5
+        UTC, 2025, 3, 10, 22, 59).timestamp() + 0.5
     assert nbgrader_timestamp("not a time") is None
-    assert nbgrader_timestamp("2025-03-10T22:59Z") == at(timezone.utc, 2025, 3, 10, 22,
+    assert nbgrader_timestamp("2025-03-10T22:59Z") == at(UTC, 2025, 3, 10, 22,
                                                          59).timestamp()
     for odd in ("2026-11 03:03:16 UTC", "03:03:16", "now", "2026-11-25",  # filled in from today
                 "2025-03-11 00:59 +02:00",  # dateutil reads +02:00 as UTC-2
@@ -184,7 +177,7 @@ def test_times_from_nbgrader_zips_and_offsets() -> None:
     assert naive_time((2025, 3, 10, 23, 59, 0), BERLIN, "zip") == at(
         BERLIN, 2025, 3, 10, 23, 59).timestamp()
     assert naive_time((2025, 3, 10, 23, 59, 0), None, "zip") is None  # no zone: no time
-    assert parse_time("2025-03-10T22:59:00Z", None, "x") == at(timezone.utc, 2025, 3, 10, 22,
+    assert parse_time("2025-03-10T22:59:00Z", None, "x") == at(UTC, 2025, 3, 10, 22,
                                                                   59)
 
 
@@ -237,7 +230,7 @@ def test_a_bad_file_stops_every_command_with_a_message_not_a_traceback(tmp_path)
 
 def known_class(root: Path) -> None:
     """A graded class of lesson 01 as the ledger keeps it: ids, names, e-mails, LMS ids."""
-    from grader import ledger
+    from grader.gradebook import ledger
 
     people = {"s003": ("Ada Lovelace", "ada@uni.edu", ""),
               "ana@uni.es": ("Ana Ruiz", "ana@uni.es", "A 1234"),  # Gradescope SID, no id
@@ -322,14 +315,16 @@ def moodle_class(tmp_path: Path, stamped: tuple) -> Path:
 def stored(course, layout: str, folder: Path, times: dict | None = None,
            received=None) -> tuple[list, dict[str, dict]]:
     """The hand-ins of ``folder``, their times stored, and the late policy's rows."""
-    from grader.handins import recognise
-    from grader.intake import Received
+    from grader.gradebook.batch import store_times
+    from grader.gradebook.grades import apply_deadlines
+    from grader.intake.handins import recognise
+    from grader.intake.zips import Received
 
     found_layout, handins, _ = recognise(folder, LESSON.name, NOTEBOOK, layout)
-    course._store_times(LESSON, found_layout, handins, received or Received(folder),
-                        times or {}, course.deadlines())
+    store_times(course, LESSON, found_layout, handins, received or Received(folder),
+                times or {}, course.deadlines())
     rows = [{"lesson": LESSON.name, "student_id": h.student_id, "score": 10.0} for h in handins]
-    course._apply_deadlines(rows)
+    apply_deadlines(course, rows)
     return handins, {r["student_id"]: r for r in rows}
 
 
@@ -338,7 +333,8 @@ def test_a_zips_member_times_never_count_and_moodles_worksheet_gives_the_times(t
     the due date here, which cost an on-time student 40%. Its grading worksheet gives each
     participant's time ("Last modified (submission)", as English Moodle's userdate() writes
     it, in the instructor's zone)."""
-    from grader.course import Course, named_by_lms
+    from grader.course import Course
+    from grader.intake.lms_names import named_by_lms
 
     said: list[str] = []
     course = Course(tmp_path / "course", log=said.append)
@@ -360,7 +356,7 @@ def test_a_zips_member_times_never_count_and_moodles_worksheet_gives_the_times(t
         "\"Monday, 10 March 2025, 11:58 PM\",,-,\n"
         "Participant 5002,Jean Dupont,jean@uni.fr,Submitted for grading,,100.00,Yes,"
         "\"Wednesday, 12 March 2025, 1:05 AM\",,-,\n", encoding="utf-8")
-    from grader.deadlines import times_file
+    from grader.gradebook.deadlines import times_file
 
     times = times_file(worksheet, BERLIN)
     assert times["5001"][0] == at(BERLIN, 2025, 3, 10, 23, 58).timestamp()
@@ -386,7 +382,7 @@ def test_a_zips_member_times_never_count_and_moodles_worksheet_gives_the_times(t
 
 def test_canvas_times_come_from_its_submissions_api_json(tmp_path) -> None:
     from grader.course import Course
-    from grader.deadlines import times_file
+    from grader.gradebook.deadlines import times_file
     from tests.test_handins import canvas_file_name
 
     pages = [[{"id": 1, "user_id": 101, "submitted_at": "2025-03-11T12:30:00Z", "late": True,
@@ -397,7 +393,7 @@ def test_canvas_times_come_from_its_submissions_api_json(tmp_path) -> None:
     api.write_text(json.dumps(pages))
     times = times_file(api, None)
     assert set(times) == {"101", "anon_x1Y2z"}  # nothing submitted: no time
-    assert times["101"] == (at(timezone.utc, 2025, 3, 11, 12, 30).timestamp(),
+    assert times["101"] == (at(UTC, 2025, 3, 11, 12, 30).timestamp(),
                             "Canvas's submitted_at (submissions API)")
     course = Course(tmp_path / "course", log=lambda _: None)
     (course.root / "deadlines.toml").write_text(DEADLINES)
@@ -421,7 +417,7 @@ def test_canvas_times_come_from_its_submissions_api_json(tmp_path) -> None:
 
 def test_only_a_timestamp_our_collect_wrote_decides_lateness(tmp_path) -> None:
     """nbgrader's collect copies timestamp.txt as the student left it: one that says 2020 on a
-    hand-in ten days late is no time at all. Ours (grader/exchange.py) writes its own."""
+    hand-in ten days late is no time at all. Ours (grader/intake/exchange.py) writes its own."""
     from grader.course import Course
 
     course = Course(tmp_path / "course", log=lambda _: None)
@@ -481,7 +477,7 @@ def course(tmp_path_factory):
         nbformat.write(instructor, folder / NOTEBOOK)
         if when is not None:  # nbgrader writes UTC, as "%Y-%m-%d %H:%M:%S.%f %Z"
             (folder / "timestamp.txt").write_text(
-                when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+                when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
     done = grader("autograde", LESSON.name, "--collected", "--course-dir", root)
     assert "4 graded" in done.stdout, done.stdout
     return root

@@ -20,8 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.lessons import load_lesson
-from grader.sandbox import bwrap_path
+from grader.content.lessons import load_lesson
+from grader.grading.sandbox import bwrap_path
 from tests import servers
 from tests.grading_helpers import cell, grader, grader_process, points, read_export, submit
 
@@ -130,11 +130,11 @@ def test_graders_of_two_lessons_adding_one_student_at_once_both_keep_their_grade
     errors = []
 
     def zero(course, lesson, student: str, barrier: threading.Barrier) -> None:
-        from grader.autograde import Graded
+        from grader.grading.autograde import Graded
 
         barrier.wait()
         try:  # stored with no points, as a hand-in with no notebook is
-            course._store(lesson, Graded(student, "invalid", ["no notebook"]))
+            course.store(lesson, Graded(student, "invalid", ["no notebook"]))
         except Exception as error:  # what the race raised, to report
             errors.append(f"{student}: {error!r}"[:200])
 
@@ -255,7 +255,7 @@ def is_worker(pid: int) -> bool:
 def test_a_submission_that_keeps_killing_worker_processes_is_given_up(broker, tmp_path) -> None:
     """Each time a worker's process takes the poisoned submission, it is killed (as a grader bug
     or the machine's OOM killer would): after three tries it is needs_review, not a loop."""
-    from grader.distributed import make_app
+    from grader.grading.distributed import make_app
 
     class_of(FLOATS, tmp_path / "class", students=1)
     log = tmp_path / "worker.log"

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CONDA_NAMES = {"pytorch": "torch", "redis_py": "redis"}  # conda-forge name -> PyPI name
 
 
 def split_requirement(text: str) -> tuple[str, str]:
-    """Name and version range; extras (``psycopg[binary]``), environment markers (``tomli``'s
-    ``python_version < '3.11'``: conda lists it for every Python) and comments are left out."""
+    """Name and version range; extras (``psycopg[binary]``), environment markers (``; ...``:
+    conda would list such a package for every Python) and comments are left out."""
     text = text.split("#", 1)[0].split(";", 1)[0]
     name, _, spec = re.match(r"^\s*([A-Za-z0-9_.\-]+)(\[[^\]]*\])?\s*(.*)$", text).groups()
     return name.lower().replace("-", "_"), spec.replace(" ", "")
@@ -40,6 +39,16 @@ def test_python_versions_agree() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     conda = (REPO / "environment.yml").read_text()
     assert f"python{project['requires-python']}" in conda.replace(" ", "")
+
+
+def test_readme_names_the_pythons_that_are_checked() -> None:
+    """The README's range runs from requires-python's floor to the newest Python that
+    benchmarks/python_versions.py sets up and tests (run it after changing either)."""
+    floor = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    script = (REPO / "benchmarks" / "python_versions.py").read_text()
+    newest = re.search(r"^NEWEST = \((\d+), (\d+)\)", script, re.M).groups()
+    readme = " ".join((REPO / "README.md").read_text().split())  # the sentence may wrap
+    assert f"Python {floor.removeprefix('>=')} to {'.'.join(newest)}" in readme
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -13,18 +13,20 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from grader import exchange
 from grader.cli import main
+from grader.common.errors import CourseError
+from grader.content.lessons import load_lesson
 from grader.course import Course
-from grader.deadlines import nbgrader_timestamp
-from grader.exchange import collect, settings
-from grader.lessons import CourseError, load_lesson
+from grader.intake import exchange
+from grader.intake.exchange import collect, settings
+from grader.intake.times import nbgrader_timestamp
+from grader.outputs import publish
 from tests.grading_helpers import grader, grader_env, read_notebook, submit
 
 LESSON = load_lesson("01_float_formats")
@@ -112,7 +114,7 @@ def test_publish_fetch_submit_collect_grade_and_fetch_feedback(tmp_path) -> None
 
 
 def stamp_at(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
 
 def inbound_entry(inbound: Path, student: str, stamp: str, notebook: bytes | None = b"{}",
@@ -266,9 +268,9 @@ def test_a_course_folder_planted_in_the_exchange_is_refused(tmp_path) -> None:
     (planted / "inbound").mkdir(parents=True)
     where.root.mkdir()
     where.course_path.symlink_to(planted)
-    for attempt in (lambda: exchange.publish(course, LESSON, where),
+    for attempt in (lambda: publish.publish(course, LESSON, where),
                     lambda: collect(course, LESSON, where),
-                    lambda: exchange.release_feedback(course, LESSON, where)):
+                    lambda: publish.release_feedback(course, LESSON, where)):
         with pytest.raises(CourseError, match="is a link of user"):
             attempt()
     where.course_path.unlink()
@@ -296,9 +298,9 @@ def test_hand_ins_sharing_a_secret_get_no_feedback_through_the_exchange(tmp_path
     logged = []
     course.log = logged.append
     with pytest.raises(CourseError, match="publish it"):  # nothing in the exchange yet
-        exchange.release_feedback(course, LESSON, where)
+        publish.release_feedback(course, LESSON, where)
     where.course_path.mkdir(parents=True)
-    assert exchange.release_feedback(course, LESSON, where) == 1
+    assert publish.release_feedback(course, LESSON, where) == 1
     released = list((where.course_path / "feedback").glob("*.html"))
     assert [p.read_text() for p in released] == ["<p>cat</p>"]
     assert "one and the same secret" in logged[-1] and "ann, ben" in logged[-1]

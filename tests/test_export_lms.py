@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from grader.cells import FORMULA_START
-from grader.lessons import CourseError
+from grader.common.errors import CourseError
+from grader.common.text import FORMULA_START
 from tests.grading_helpers import read_export
 
 # ------------------------------------------------------------------ the importers, modelled
@@ -197,7 +197,7 @@ TITLES = {4242: "Float formats", 4250: "Backprop (6ND)"}
 def test_canvas_gets_a_file_per_lesson_with_only_scores_so_no_grade_is_removed(tmp_path) -> None:
     """A blank cell in Canvas's import removes the grade Canvas holds (an ``EX`` too): a
     student with no score is left out of the lesson's file, never written blank."""
-    from grader.export import export
+    from grader.outputs.export import export
 
     course, said = fake_course(tmp_path, [
         row("101", "01_float_formats", 12.0, source="canvas", name="lovelaceada"),
@@ -251,7 +251,7 @@ def test_canvas_gets_a_file_per_lesson_with_only_scores_so_no_grade_is_removed(t
 
 
 def test_canvas_export_without_assignments_refuses_and_shows_the_file_to_write(tmp_path) -> None:
-    from grader.export import export
+    from grader.outputs.export import export
 
     course, _ = fake_course(tmp_path, [row("101", "01_float_formats", 12.0, source="canvas")])
     with pytest.raises(CourseError, match=r"(?s)Title \(id\).*lesson,title,id,points"):
@@ -259,7 +259,7 @@ def test_canvas_export_without_assignments_refuses_and_shows_the_file_to_write(t
 
 
 def test_one_lesson_is_one_file_with_its_points_possible_row(tmp_path) -> None:
-    from grader.export import export
+    from grader.outputs.export import export
 
     course, _ = fake_course(tmp_path, [row("101", "01_float_formats", 15.0, source="canvas"),
                                        row("101", "02_tensors_and_strides", 1.0,
@@ -281,7 +281,7 @@ def moodle_people():
 
 def test_moodle_export_writes_one_identifier_the_roster_gives_and_erases_no_grade(
         tmp_path) -> None:
-    from grader.export import export
+    from grader.outputs.export import export
 
     course, said = fake_course(tmp_path, [
         row("5001", "01_float_formats", 15.0, source="moodle", name="Adélaïde Lovelace"),
@@ -312,7 +312,7 @@ def test_moodle_worksheets_of_two_lessons_make_one_row_per_person_in_a_file_per_
         tmp_path) -> None:
     """Moodle gives each assignment its own participant ids: Ada is 11 in lesson 01 and 57 in
     lesson 02. Her two worksheets' e-mail names her in both files."""
-    from grader.export import export
+    from grader.outputs.export import export
 
     course, _ = fake_course(tmp_path, [
         row("11", "01_float_formats", 15.0, source="moodle", name="Ada"),
@@ -331,7 +331,7 @@ def test_moodle_worksheets_of_two_lessons_make_one_row_per_person_in_a_file_per_
 
 
 def test_a_moodle_export_without_what_moodle_needs_says_why_and_fails(tmp_path) -> None:
-    from grader.export import export
+    from grader.outputs.export import export
     from tests.test_review import command
 
     course, _ = fake_course(tmp_path, [row("5001", "01_float_formats", 15.0, source="moodle")])
@@ -363,7 +363,7 @@ WORKSHEET = ("Identifier,Full name,Email address,Status,Grade,Maximum Grade,Grad
 
 def test_moodles_grading_worksheet_comes_back_filled_for_the_assignments_own_upload(
         tmp_path) -> None:
-    from grader.export import export
+    from grader.outputs.export import export
 
     course, said = fake_course(tmp_path, [
         row("5001", "01_float_formats", 12.0, source="moodle"),
@@ -402,7 +402,7 @@ def test_moodles_grading_worksheet_comes_back_filled_for_the_assignments_own_upl
 
 
 def test_anonymous_canvas_ids_are_not_written_as_user_ids(tmp_path) -> None:
-    from grader.export import export
+    from grader.outputs.export import export
 
     course, _ = fake_course(tmp_path, [
         row("anon_x1Y2z", "01_float_formats", 15.0, source="canvas"),
@@ -415,7 +415,7 @@ def test_anonymous_canvas_ids_are_not_written_as_user_ids(tmp_path) -> None:
 
 
 def test_canvas_takes_the_feedback_pages_back_through_re_upload_submissions(tmp_path) -> None:
-    from grader.lms_export import canvas_reupload_zip
+    from grader.outputs.lms_export import canvas_reupload_zip
 
     page = tmp_path / "float_formats.html"
     page.write_text("<p>feedback</p>")
@@ -433,7 +433,7 @@ def test_canvas_takes_the_feedback_pages_back_through_re_upload_submissions(tmp_
 
 
 def test_the_plain_export_keeps_identifiers_and_shows_the_late_mark(tmp_path) -> None:
-    from grader.export import export
+    from grader.outputs.export import export
 
     late = row("s1", "01_float_formats", 4.0, source="blackboard", name="@Bob")
     late["late"] = True
@@ -466,9 +466,9 @@ def test_every_csv_we_write_is_neutral_in_every_student_controlled_cell(
     """grades.csv, the per-exercise export, the LMS files and what they left out, and the
     report's files: no cell starts a formula, whatever the id, name or reason (OWASP's CSV
     injection: = + - @, and tab or carriage return before one)."""
-    from grader.export import export, export_per_exercise
-    from grader.lessons import load_lesson
-    from grader.report import report
+    from grader.content.lessons import load_lesson
+    from grader.outputs.export import export, export_per_exercise
+    from grader.outputs.report import report
 
     tmp = tmp_path_factory.mktemp("neutral")
     lesson = load_lesson("01_float_formats")
@@ -500,7 +500,7 @@ def test_every_csv_we_write_is_neutral_in_every_student_controlled_cell(
 
 
 def test_assignments_and_rosters_that_are_wrong_say_what_to_fix(tmp_path) -> None:
-    from grader.export import read_assignments, read_roster
+    from grader.intake.rosters import read_assignments, read_roster
 
     bad = tmp_path / "a.csv"
     for text, message in [("lesson,name\n", "needs a header row lesson,title"),

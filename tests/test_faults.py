@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.lessons import load_lesson
+from grader.content.lessons import load_lesson
 from tests import servers
 from tests.grading_helpers import (
     REPO,
@@ -89,8 +89,8 @@ setattr(owner, name, wrapped)
 from grader.cli import main
 sys.exit(main(sys.argv[4:]))
 """
-COMMIT = "grader.ledger:write_in"  # inside a submission's transaction, before its commit
-STORED = "grader.course:Course._store"  # a submission is about to be stored
+COMMIT = "grader.gradebook.ledger:write_in"  # inside a submission's transaction, before its commit
+STORED = "grader.gradebook.store:store_submission"  # a submission is about to be stored
 
 
 def wrapped_grader(target: str, nth: int, action: str, *args: str | Path,
@@ -131,7 +131,7 @@ def scores(course: Path, tmp: Path) -> dict[str, tuple[float, str]]:
 
 
 def ledger_rows(course: Path) -> dict[str, dict]:
-    from grader import ledger
+    from grader.gradebook import ledger
 
     return ledger.read(f"sqlite:///{course / 'gradebook.db'}", LESSON.name).get(LESSON.name, {})
 
@@ -353,7 +353,7 @@ def test_a_disk_that_fills_mid_batch_stops_it_in_one_line_and_resume_finishes(re
 
 
 def test_junk_beside_a_notebook_is_received_by_name_and_never_written(tmp_path) -> None:
-    from grader.intake import unpack_zip
+    from grader.intake.zips import unpack_zip
 
     nb = nbformat.writes(read_notebook(LESSON.notebook))
     zipped = tmp_path / "lms.zip"
@@ -373,7 +373,7 @@ def test_junk_beside_a_notebook_is_received_by_name_and_never_written(tmp_path) 
 
 
 def test_a_notebook_over_its_limit_and_a_damaged_member_are_refused_alone(tmp_path) -> None:
-    from grader.intake import MAX_NOTEBOOK_BYTES, unpack_zip
+    from grader.intake.zips import MAX_NOTEBOOK_BYTES, unpack_zip
 
     nb = nbformat.writes(read_notebook(LESSON.notebook))
     zipped = tmp_path / "lms.zip"
@@ -399,7 +399,7 @@ def test_a_notebook_over_its_limit_and_a_damaged_member_are_refused_alone(tmp_pa
 
 
 def test_leftover_unzip_folders_of_dead_batches_go_and_live_ones_stay(tmp_path) -> None:
-    from grader.course import UNZIP, remove_leftovers
+    from grader.gradebook.batch import UNZIP, remove_leftovers
 
     host = socket.gethostname()
     dead = subprocess.Popen(["true"])
@@ -418,7 +418,7 @@ def test_leftover_unzip_folders_of_dead_batches_go_and_live_ones_stay(tmp_path) 
 
 
 def test_code_nested_too_deeply_to_parse_is_flagged_not_fatal() -> None:
-    from grader.autograde import scan
+    from grader.grading.autograde import scan
 
     nb = read_notebook(LESSON.notebook)
     deep = "x = " + "1 + " * 100_000 + "1"  # a left-deep tree: RecursionError in ast.parse
@@ -430,7 +430,7 @@ def test_code_nested_too_deeply_to_parse_is_flagged_not_fatal() -> None:
 def test_an_infrastructure_fault_is_retried_within_its_bound_then_named() -> None:
     from sqlalchemy.exc import OperationalError
 
-    from grader.faults import Unavailable, is_database_error, retrying
+    from grader.common.faults import Unavailable, is_database_error, retrying
 
     tries = []
 

@@ -31,8 +31,8 @@ import nbformat
 import pytest
 
 from grader.cli import main
+from grader.content.lessons import load_lesson
 from grader.course import Course
-from grader.lessons import load_lesson
 from tests import servers
 from tests.grading_helpers import grader, grader_env, points, read_notebook
 
@@ -183,7 +183,7 @@ def test_a_note_alone_or_an_accept_with_a_note_shows_on_the_students_page(course
 
 
 def test_a_page_that_cannot_be_made_is_named_with_its_real_cause(course) -> None:
-    from grader.feedback import cause
+    from grader.outputs.feedback import cause
 
     out = course["final"].stdout
     line = next(x for x in out.splitlines() if x.startswith("no feedback page for ghost"))
@@ -259,8 +259,8 @@ def test_the_late_line_gives_every_time_in_the_deadline_files_zone_and_the_polic
 def test_the_late_policy_reads_as_words_whatever_its_fields() -> None:
     from datetime import timedelta
 
-    from grader.deadlines import Policy
-    from grader.preprocessors import policy_in_words
+    from grader.gradebook.deadlines import Policy
+    from grader.outputs.preprocessors import policy_in_words
 
     assert policy_in_words(Policy()) == "no penalty for a late hand-in"
     assert policy_in_words(Policy(per="hour", rate=0.025)) == \
@@ -307,7 +307,7 @@ def test_math_is_drawn_offline_with_nothing_fetched(course, browser, tmp_path) -
 def test_a_students_math_is_drawn_and_cleaned() -> None:
     from nbformat.v4 import new_markdown_cell, new_output
 
-    from grader.preprocessors import SanitizeUntrusted
+    from grader.outputs.preprocessors import SanitizeUntrusted
 
     cell = new_markdown_cell(r"$\href{javascript:alert(1)}{x} + \text{<script>y</script>}$ "
                              r"and $\frac{1}{\undefinedcommand$")
@@ -351,7 +351,7 @@ def test_the_rosters_name_wins_and_every_stored_name_is_neutral(course) -> None:
 
 
 def test_a_gradebook_name_is_neutral_and_a_plain_name_unchanged() -> None:
-    from grader.course import _gradebook_text
+    from grader.common.text import _gradebook_text
 
     assert _gradebook_text("Adélaïde O'Brien-Lovelace") == "Adélaïde O'Brien-Lovelace"
     assert _gradebook_text("@SUM(1+1)*cmd|' /C calc'!A0") == "'@SUM(1+1)*cmd|' /C calc'!A0"

@@ -474,7 +474,7 @@ def test_running_section_12_before_the_exercises_says_what_to_run_in_one_line() 
     """Each measurement cell of "Predict, then measure", run in a fresh kernel right after the
     setup and checks cells, stops on one line naming what is missing: the checks cell's
     handler sees the NameError in the cell itself, not inside a function."""
-    from grader.progress import execute
+    from grader.lab.progress import execute
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
     start = next(i for i, c in enumerate(nb.cells) if c.source.startswith("## 12."))

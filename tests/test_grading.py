@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.lessons import all_lessons
+from grader.content.lessons import all_lessons
 from tests.grading_helpers import (
     WRONG_ANSWERS,
     cell,

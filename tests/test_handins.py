@@ -20,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from grader.handins import LAYOUTS, recognise
-from grader.lessons import CourseError, load_lesson
+from grader.common.errors import CourseError
+from grader.content.lessons import load_lesson
+from grader.intake.handins import recognise
 from tests.grading_helpers import grader, points, read_export
 from tests.test_export_lms import canvas_import, canvas_reupload, moodle_feedback_import
 
@@ -715,12 +716,3 @@ def test_hostile_members_of_lms_zips_cost_only_their_own_student(tmp_path) -> No
     (malicious,) = [r for (s, _), r in grades.items() if s.startswith("gradescope-")]
     assert malicious["status"] == "invalid"  # graded under an id the grader derived, and the
     assert "=cmd" in malicious["lms_id"] and not malicious["lms_id"].startswith("=")  # LMS's
-
-
-def test_every_layout_is_documented_in_the_readme() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("### Collecting hand-ins", 1)[1].split("\n### ", 1)[0]
-    for layout in LAYOUTS:
-        assert f"--from {layout}" in section or f"`{layout}`" in section, layout
-    for lms in ("Canvas", "Moodle", "Blackboard", "Gradescope"):
-        assert lms in section

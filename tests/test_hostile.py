@@ -19,8 +19,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
-from grader.lessons import load_lesson
-from grader.sandbox import bwrap_path, remove_tree
+from grader.common.files import remove_tree
+from grader.content.lessons import load_lesson
+from grader.grading.sandbox import bwrap_path
 from tests.grading_helpers import cell, grader, grader_peak_rss, points, read_export, submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile"),
@@ -505,7 +506,8 @@ def test_a_notebook_never_runs_much_past_its_wall_clock_limit(limits_batch) -> N
 
 @LIMITS
 def test_shared_memory_counts_against_the_memory_limit(limits_batch) -> None:
-    from grader.sandbox import Cgroup, Limits
+    from grader.grading.limits import Limits
+    from grader.grading.sandbox import Cgroup
 
     group = Cgroup.create(Limits())
     if group is None:
@@ -599,9 +601,9 @@ def test_only_an_attempted_exercise_is_judged_again() -> None:
     a correct version of the earlier one it builds on, not on one still as it was released
     (its own stub raises NotImplementedError whatever the earlier exercises do): an untouched
     notebook once took eight times longer to grade than a finished one."""
-    from grader.execute import run_submission
-    from grader.probe import exercises
-    from grader.sandbox import Limits
+    from grader.grading.execute import run_submission
+    from grader.grading.limits import Limits
+    from grader.grading.probe import exercises
 
     plan = exercises(LESSON)
     stub = {e.name: e.stub for e in plan}
@@ -628,7 +630,7 @@ def test_only_an_attempted_exercise_is_judged_again() -> None:
 
 
 def test_a_solution_cell_is_untouched_only_when_it_is_the_released_stub() -> None:
-    from grader.probe import exercises, unattempted
+    from grader.grading.probe import exercises, unattempted
 
     decode = next(e for e in exercises(LESSON) if e.name == "decode")
     assert "raise NotImplementedError()" in decode.stub and "### BEGIN" not in decode.stub
@@ -822,7 +824,7 @@ def test_a_zip_of_one_student_folder_is_that_student(tmp_path) -> None:
 # ------------------------------------------------------------------ flags are hints
 
 def test_flags_see_through_renamed_imports_and_getattr() -> None:
-    from grader.autograde import scan
+    from grader.grading.autograde import scan
 
     source = nbformat.read(LESSON.notebook, as_version=4)
     for code, flag in [("import os as _o\n_o.listdir('.')", "the file system"),

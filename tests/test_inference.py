@@ -124,8 +124,8 @@ def test_the_published_caches_per_token() -> None:
     assert without_grouping == 8 * kv_bytes_per_token(llama3)
     assert kv_bytes_per_token(llama31) == 516_096
     assert llama31["context_length"] == 128 * 1024  # "128K context" in the hidden checks
-    # grader/cases/inference.py writes these shapes out
-    from grader.cases import inference as cases
+    # grader/content/cases/inference.py writes these shapes out
+    from grader.content.cases import inference as cases
     assert kv_bytes_per_token(llama2) == cases._KV_7B
     assert kv_bytes_per_token(llama3) == cases._KV_70B
     # the lesson's one N of each model: multiplied by a step, and stored
@@ -479,8 +479,8 @@ def test_the_other_correct_answers_agree_with_the_reference(n, b, c, k, p, peak,
 
 
 def test_the_other_correct_answers_pass_every_hidden_check() -> None:
-    from grader.cases import as_case, reference_value
-    from grader.cases.inference import CASES
+    from grader.content.cases import as_case, reference_value
+    from grader.content.cases.inference import CASES
 
     for name, variants in ALTERNATIVES.items():
         for case in map(as_case, CASES[name]):
@@ -506,10 +506,11 @@ def test_the_predicted_cache_bytes_are_those_of_the_lessons_generation() -> None
 
 
 def test_every_hidden_check_holds_on_the_reference() -> None:
-    """grader/cases/inference.py: each expression runs on solutions/inference.py, and each one
+    """grader/content/cases/inference.py: each expression runs on solutions/inference.py, and each
+    one
     that should refuse its input raises what it names (sync writes their expected values)."""
-    from grader.cases import as_case, reference_raises, reference_value
-    from grader.cases.inference import CASES
+    from grader.content.cases import as_case, reference_raises, reference_value
+    from grader.content.cases.inference import CASES
 
     namespace = dict(vars(inference))
     graded = {"kv_cache_bytes", "generate_flops", "decode_intensity", "max_batch_size",
@@ -708,8 +709,8 @@ def test_every_hidden_check_stays_inside_what_its_exercise_states() -> None:
     not fit), never an input the exercise says nothing about."""
     import inspect
 
-    from grader.cases import as_case
-    from grader.cases.inference import CASES
+    from grader.content.cases import as_case
+    from grader.content.cases.inference import CASES
 
     assert set(STATED) == set(CASES) - {"predicted_cache_bytes_after_generation"}
     for name, stated in STATED.items():

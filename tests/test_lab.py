@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.lessons import all_lessons
+from grader.content.lessons import all_lessons
 from tests.grading_helpers import grader
 
 
@@ -30,7 +30,7 @@ def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path) -> N
 def workspace_of_one_lesson(tmp_path):
     """A course, a student's workspace holding its first lesson, and what the course said."""
     from grader.course import Course
-    from grader.lab import prepare_workspace
+    from grader.lab.server import prepare_workspace
 
     said: list[str] = []
     course = Course(tmp_path / "course", log=said.append)
@@ -49,7 +49,7 @@ def change_the_release(course, lesson):
 
 
 def test_a_newer_course_version_is_announced_only_when_there_is_one(tmp_path) -> None:
-    from grader.lab import prepare_workspace, reset_lessons
+    from grader.lab.server import prepare_workspace, reset_lessons
 
     course, lesson, workspace, said = workspace_of_one_lesson(tmp_path)
     mine = workspace / lesson.name / lesson.notebook.name
@@ -72,7 +72,7 @@ def test_a_newer_course_version_is_announced_only_when_there_is_one(tmp_path) ->
 
 
 def test_an_unedited_copy_follows_the_course(tmp_path) -> None:
-    from grader.lab import prepare_workspace
+    from grader.lab.server import prepare_workspace
 
     course, lesson, workspace, said = workspace_of_one_lesson(tmp_path)
     released = change_the_release(course, lesson)
@@ -107,7 +107,7 @@ def test_progress_lists_each_exercise_of_the_students_copies(tmp_path) -> None:
 
 def test_each_demo_serves_its_lesson_alone_in_a_workspace_of_its_own(tmp_path) -> None:
     from grader.course import Course
-    from grader.lab import demo_command, lab_command, prepare_demo
+    from grader.lab.server import demo_command, lab_command, prepare_demo
 
     course = Course(tmp_path / "course", log=lambda _: None)
     commands = {}
@@ -129,7 +129,7 @@ def test_the_validate_buttons_build_is_made_from_its_sources() -> None:
     `make labextension` fails here."""
     import json
 
-    from grader.lab import LAB_EXTENSIONS, VALIDATE_PLUGIN, button_sources
+    from grader.lab.server import LAB_EXTENSIONS, VALIDATE_PLUGIN, button_sources
 
     recorded = (LAB_EXTENSIONS.parent.parent / "built-from.txt").read_text().strip()
     assert recorded == button_sources(), "the button's sources changed: run make labextension"

@@ -17,9 +17,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from grader.cases import as_case
-from grader.cases.memory import CASES
-from grader.notebook_checks import _difference
+from grader.content.cases import as_case
+from grader.content.cases.memory import CASES
+from grader.content.notebook_checks import _difference
 from solutions import memory
 from solutions.hardware import load_hardware
 from solutions.memory import (

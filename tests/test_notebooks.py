@@ -9,10 +9,10 @@ import time
 import nbformat
 import pytest
 
-from grader import probe
-from grader.lessons import all_lessons
-from grader.progress import execute
-from grader.sync import sync_lesson
+from grader.content.lessons import all_lessons
+from grader.content.sync import sync_lesson
+from grader.grading import probe
+from grader.lab.progress import execute
 
 LESSONS = all_lessons()
 by_name = pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
@@ -135,7 +135,7 @@ def sealed_answers(nb: nbformat.NotebookNode) -> list[tuple[str, object]]:
     """(name, answer) of every check_prediction / check_choice call in the notebook."""
     import ast
 
-    from grader.notebook_checks import _unseal
+    from grader.content.notebook_checks import _unseal
 
     found = []
     for c in nb.cells:

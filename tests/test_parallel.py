@@ -407,11 +407,11 @@ def test_bad_input_is_named(call, words) -> None:
 
 
 def test_every_hidden_check_holds_on_the_reference() -> None:
-    """grader/cases/parallel.py: each expression runs on solutions/parallel.py, and each one
+    """grader/content/cases/parallel.py: each expression runs on solutions/parallel.py, and each one
     that should refuse its input raises what it names (sync writes their expected values)."""
     import solutions.parallel
-    from grader.cases import as_case, reference_raises, reference_value
-    from grader.cases.parallel import CASES
+    from grader.content.cases import as_case, reference_raises, reference_value
+    from grader.content.cases.parallel import CASES
 
     namespace = {"torch": torch, **vars(solutions.parallel)}
     graded = {"collective_bytes", "ring_all_reduce", "zero_bytes_per_device", "zero_comm_bytes",

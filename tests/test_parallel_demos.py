@@ -21,8 +21,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from grader.lessons import load_lesson
-from grader.sandbox import bwrap_path
+from grader.content.lessons import load_lesson
+from grader.grading.sandbox import bwrap_path
 from solutions.parallel import (
     accumulation_comm_bytes,
     collective_bytes,

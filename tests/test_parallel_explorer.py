@@ -444,7 +444,7 @@ def test_lesson_07_states_no_number_its_tests_do_not() -> None:
     among those asserted above (update both together)."""
     import nbformat
 
-    from grader.lessons import load_lesson
+    from grader.content.lessons import load_lesson
 
     nb = nbformat.read(load_lesson("07_many_devices").notebook, as_version=4)
     text = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")

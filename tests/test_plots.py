@@ -19,7 +19,7 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell
 
-from grader.lessons import all_lessons
+from grader.content.lessons import all_lessons
 
 pytestmark = pytest.mark.slow
 

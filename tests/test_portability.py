@@ -5,7 +5,7 @@ units in the last place (ulps) away from ours, and an honest student's correct c
 another order, does the same. Three things must hold:
 
 - every check compares a rounded float within a tolerance; exact comparison is kept for values
-  that every correct implementation produces bit for bit (grader/cases/__init__.py);
+  that every correct implementation produces bit for bit (grader/content/cases/__init__.py);
 - with every rounded reference value moved by a few ulps, as another machine would compute
   it, ``sync --check``, ``release`` and grading the instructor version (full marks) still pass,
   while a real change to a reference function is still caught;
@@ -23,11 +23,12 @@ import nbformat
 import pytest
 import torch
 
-from grader import probe, sync
-from grader.cases import Case, reference_value
-from grader.lessons import all_lessons, load_lesson
-from grader.probe import Exercise, Raises, judge
-from grader.sandbox import bwrap_path
+from grader.content import sync
+from grader.content.cases import Case, reference_value
+from grader.content.lessons import all_lessons, load_lesson
+from grader.grading import probe
+from grader.grading.probe import Exercise, Raises, judge
+from grader.grading.sandbox import bwrap_path
 from tests.test_inference import (
     decode_intensity_in_steps,
     decode_intensity_per_sequence,
@@ -101,7 +102,8 @@ def test_every_rounded_float_is_compared_within_a_tolerance(lesson) -> None:
             longest = max(map(significant_bits, floats_in(check.expected)), default=0)
             if longest > SHORT_BITS and exercise.name not in exact:
                 loose.append(f"{check.expression} ({longest} significant bits)")
-    assert loose == [], "give these checks a tolerance (grader/cases/__init__.py): " + str(loose)
+    assert loose == [], ("give these checks a tolerance (grader/content/cases/__init__.py): "
+                         + str(loose))
 
 
 # ------------------------------------------------------------------ another machine's rounding

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import ledger
 from grader.cli import main
-from grader.lessons import load_lesson
-from grader.review import replay
+from grader.content.lessons import load_lesson
+from grader.gradebook import ledger
+from grader.gradebook.decisions import replay
 from tests import servers
 from tests.grading_helpers import cell, grader, points, read_export, read_notebook, submit
 
@@ -318,8 +318,9 @@ RENAMED = f"graded float_formats (1).ipynb in place of {NOTEBOOK}"
 
 def test_accept_all_settles_only_the_flags_whose_every_reason_is_the_expected_one(
         tmp_path) -> None:
-    from grader.lessons import CourseError
-    from grader.review import accept_all, states
+    from grader.common.errors import CourseError
+    from grader.gradebook.decisions import states
+    from grader.gradebook.review import accept_all
 
     course, said = stubbed(tmp_path, [
         flag("renamed", "needs_review", RENAMED, "Ada Lovelace"),
@@ -345,7 +346,7 @@ def test_accept_all_settles_only_the_flags_whose_every_reason_is_the_expected_on
 
 
 def test_review_shows_names_beside_ids_and_the_late_penalty(tmp_path) -> None:
-    from grader.review import flagged, show
+    from grader.gradebook.review import flagged, show
 
     course, said = stubbed(tmp_path, [
         flag("late", "needs_review", "code reaches for the file system", "Ada \x1b[2JLovelace",

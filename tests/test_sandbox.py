@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.sandbox import Limits, sandbox_argv, sandbox_uid
+from grader.grading.limits import Limits
+from grader.grading.sandbox import sandbox_argv, sandbox_uid
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or not any(

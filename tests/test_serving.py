@@ -224,7 +224,7 @@ def test_bad_input_is_named(call, error, words) -> None:
 # ---------------------------------------------------------------- simulate_serving by hand
 
 EXAMPLE = [(0, 2, 3), (0, 1, 2), (1, 2, 1)]  # A, B, C: the exercise's example
-FOUR = [(0, 4, 3), (0, 2, 1), (0.5, 4, 2), (0.5, 2, 4)]  # R0..R3: grader/cases/inference.py
+FOUR = [(0, 4, 3), (0, 2, 1), (0.5, 4, 2), (0.5, 2, 4)]  # R0..R3: grader/content/cases/inference.py
 
 
 def averages(requests, first, finish) -> dict[str, float]:
@@ -434,9 +434,9 @@ ALTERNATIVES = {
 
 
 def test_the_other_correct_answers_pass_every_hidden_check() -> None:
-    from grader.cases import as_case, reference_value
-    from grader.cases.inference import CASES
-    from grader.notebook_checks import _difference
+    from grader.content.cases import as_case, reference_value
+    from grader.content.cases.inference import CASES
+    from grader.content.notebook_checks import _difference
 
     for name, variants in ALTERNATIVES.items():
         for case in map(as_case, CASES[name]):

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader.lessons import load_lesson
-from grader.similarity import (
+from grader.content.lessons import load_lesson
+from grader.outputs.similarity import (
     Exercise,
     Submission,
     answer_cells,
@@ -47,8 +47,9 @@ def test_fingerprints_ignore_names_comments_and_blank_lines() -> None:
 def test_fingerprints_are_the_same_in_every_process() -> None:
     """Python's own str hash changes with PYTHONHASHSEED; ours must not, or the figures of one
     class would change from run to run."""
-    script = ("from grader.lessons import load_lesson; from grader.similarity import "
-              "answer_cells, fingerprint; print(sorted(fingerprint(answer_cells("
+    script = ("from grader.content.lessons import load_lesson; "
+              "from grader.outputs.similarity import answer_cells, fingerprint; "
+              "print(sorted(fingerprint(answer_cells("
               "load_lesson('01_float_formats').notebook)['encode']).fingerprints)[:20])")
     seen = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            check=True, env={"PYTHONHASHSEED": seed, "PATH": ""},
@@ -139,8 +140,8 @@ def test_names_stand_beside_ids_and_no_student_text_reaches_the_terminal_or_a_fo
 
     import nbformat
 
-    from grader.cells import FORMULA_START
-    from grader.similarity import similarity
+    from grader.common.text import FORMULA_START
+    from grader.outputs.similarity import similarity
     from tests.grading_helpers import released
 
     root = tmp_path / "course"

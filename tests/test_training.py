@@ -19,9 +19,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
-from grader.cases import as_case
-from grader.cases.training import CASES
-from grader.notebook_checks import _difference
+from grader.content.cases import as_case
+from grader.content.cases.training import CASES
+from grader.content.notebook_checks import _difference
 from solutions import training
 from solutions.backprop import gated_mlp_d_ff, transformer_params
 from solutions.memory import AdamW, training_memory

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from grader.lessons import load_lesson
+from grader.content.lessons import load_lesson
 from solutions.flops import arithmetic_intensity, matmul_bytes, matmul_flops, ridge_point, roofline
 from solutions.hardware import load_hardware
 from tests.test_browser import CHROMIUM, KERNEL_STATUS, SCREENSHOTS, error_texts, lab_over, run_all

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from grader.lessons import load_lesson
+from grader.content.lessons import load_lesson
 from solutions.backprop import gated_mlp_d_ff, transformer_params
 from solutions.memory_explorer import _gb, memory_budget
 from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all

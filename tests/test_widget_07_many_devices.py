@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from grader.lessons import load_lesson
+from grader.content.lessons import load_lesson
 from solutions.parallel_plan import parallel_plan
 from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from grader.lessons import load_lesson
+from grader.content.lessons import load_lesson
 from solutions.inference_explorer import _gb, serving_plan
 from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
 

@@ -1,6 +1,6 @@
-"""The course's Validate button (grader/labextension/, built and shipped with the package) in
+"""The course's Validate button (grader/lab/labextension/, built and shipped with the package) in
 place of nbgrader's: jupyter_server_config.json beside this turns on the server side
-(grader.lab_validate), labconfig/page_config.json turns nbgrader's button off."""
+(grader.lab.validate), labconfig/page_config.json turns nbgrader's button off."""
 
 from pathlib import Path
 

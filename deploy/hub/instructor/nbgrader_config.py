@@ -7,4 +7,4 @@ c = get_config()  # noqa: F821
 c.Exchange.root = os.environ.get("CTC_EXCHANGE", "/srv/nbgrader/exchange")
 c.CourseDirectory.course_id = "counting-the-cost"
 c.CourseDirectory.root = os.path.expanduser("~/course")
-# Validate (grader/lab_validate.py) runs the notebook with the course's time limits.
+# Validate (grader/lab/validate.py) runs the notebook with the course's time limits.

@@ -5,4 +5,4 @@ import os
 c = get_config()  # noqa: F821
 c.Exchange.root = os.environ.get("CTC_EXCHANGE", "/srv/nbgrader/exchange")
 c.CourseDirectory.course_id = "counting-the-cost"
-# Validate (grader/lab_validate.py) runs the notebook with the course's time limits.
+# Validate (grader/lab/validate.py) runs the notebook with the course's time limits.

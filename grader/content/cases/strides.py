@@ -1,0 +1,131 @@
+"""Hidden checks of lesson 02 (tensors, storage and strides). See
+grader/content/cases/__init__.py."""
+
+from grader.content.cases import Case, raises
+
+CASES: dict[str, list[Case | str]] = {
+    "contiguous_strides": [
+        "contiguous_strides((5, 7, 3))",
+        "contiguous_strides((3, 0, 2))",
+        "contiguous_strides((1, 1, 6, 1))",
+        "contiguous_strides((9,))",
+        "contiguous_strides(())",
+        "contiguous_strides([4, 3, 2, 5])",
+        raises("contiguous_strides((2, -3))", "ValueError"),
+        raises("contiguous_strides(5)", "TypeError"),
+    ],
+    "flat_offset": [
+        "flat_offset((2, 1, 3), (20, 5, 1))",
+        "flat_offset((3, 2), (1, 4), 7)",
+        "flat_offset((1, 4), (0, 2), 3)",
+        "flat_offset((), (), 11)",
+        "flat_offset([0, 0, 0], [6, 2, 1], storage_offset=4)",
+        raises("flat_offset((1, 2), (3,))", "ValueError"),
+        raises("flat_offset((-1, 0), (3, 1))", "IndexError"),
+    ],
+    "transpose": [
+        "transpose((2, 5, 3), (15, 3, 1), 0, 2)",
+        "transpose((2, 5, 3), (15, 3, 1), -1, 1)",
+        "transpose((4, 6), (1, 4), 0, -1)",
+        "transpose((3, 1, 2), (2, 9, 1), 1, 1)",
+        "transpose((), (), 0, -1)",
+        raises("transpose((2, 3), (3, 1), 0, 2)", "IndexError"),
+        raises("transpose((2, 3), (3, 1), -3, 0)", "IndexError"),
+    ],
+    "permute": [
+        "permute((2, 3, 4), (12, 4, 1), (2, 0, 1))",
+        "permute((2, 3, 4, 5), (60, 20, 5, 1), (-1, 1, -4, 2))",
+        "permute((7,), (3,), (0,))",
+        "permute((2, 0, 3), (3, 3, 1), (1, 2, 0))",
+        "permute((), (), ())",
+        raises("permute((2, 3), (3, 1), (0, 0))", "ValueError"),
+        raises("permute((2, 3), (3, 1), (0,))", "ValueError"),
+    ],
+    "slice_dim": [
+        "slice_dim((10,), (1,), 0, 0, 2, 9, 3)",
+        "slice_dim((4, 6), (6, 1), 5, 1, 1, None, 2)",
+        "slice_dim((4, 6), (6, 1), 0, -2, -3, None, 1)",
+        "slice_dim((4, 6), (6, 1), 0, 0, 10, 20, 1)",
+        "slice_dim((5, 3), (1, 5), 2, 0, 3, 1, 1)",
+        "slice_dim((8, 2), (2, 1), 0, 0, None, None, 20)",
+        "slice_dim((3, 4, 5), (20, 5, 1), 1, 2, -100, 100, 2)",
+        raises("slice_dim((10,), (1,), 0, 0, 0, 5, 0)", "ValueError"),
+    ],
+    "is_contiguous": [
+        "is_contiguous((2, 3, 4), (12, 4, 1))",
+        "is_contiguous((3, 4), (1, 3))",
+        "is_contiguous((3, 1, 4), (4, 100, 1))",
+        "is_contiguous((3, 4), (8, 1))",
+        "is_contiguous((2, 0, 5), (1, 7, 3))",
+        "is_contiguous((4, 3), (0, 1))",
+        "is_contiguous((1, 1), (5, 9))",
+        "is_contiguous((), ())",
+    ],
+    "view_strides": [
+        "view_strides((4, 6), (6, 1), (2, 2, 3, 2))",
+        "view_strides((4, 6), (1, 4), (24,))",
+        "view_strides((4, 6), (1, 4), (2, 2, 6))",
+        "view_strides((2, 3, 4), (24, 4, 1), (2, 12))",
+        "view_strides((2, 3, 4), (24, 4, 1), (6, 4))",
+        "view_strides((2, 3, 4), (12, 4, 1), (-1, 1, 4, 1))",
+        "view_strides((3, 1, 4), (4, 7, 1), (12,))",
+        "view_strides((3, 4), (0, 1), (12,))",
+        "view_strides((0, 4), (4, 1), (2, 0, 2))",
+        "view_strides((0, 3), (6, 2), (0, 3))",
+        "view_strides((), (), (1, 1, 1))",
+        raises("view_strides((4, 6), (6, 1), (-1, -1))", "ValueError"),
+        raises("view_strides((4, 6), (6, 1), (5, 5))", "ValueError"),
+        raises("view_strides((4, 6), (6, 1), (-2, -12))", "ValueError"),
+    ],
+    "as_strided": [
+        "as_strided(torch.arange(20.), (3, 4), (1, 3), 2)",
+        "as_strided(torch.arange(10), (2, 3), (0, 2), 1)",
+        "as_strided(torch.arange(30, dtype=torch.int16), (2, 2, 3), (12, 1, 4), 5)",
+        "as_strided(torch.arange(6.), (4, 3), (1, 1))",
+        Case("as_strided(torch.arange(6.), (), (), 4)", expected="torch.tensor(4.)"),
+        "as_strided(torch.arange(6.), (2, 0), (3, 1), 2)",
+        Case("as_strided(torch.arange(200.), (10, 10), (1, 10), 0)",
+             expected="torch.arange(100.).reshape(10, 10).T"),
+        raises("as_strided(torch.arange(6.), (3, 3), (1, 1), 2)", "IndexError"),
+    ],
+    "broadcast_shapes": [
+        "broadcast_shapes((8, 1, 6, 1), (7, 1, 5))",
+        "broadcast_shapes((5, 4), (1,))",
+        "broadcast_shapes((), (3, 2))",
+        "broadcast_shapes((1, 0), (4, 1))",
+        "broadcast_shapes([2, 1, 3], [2, 3, 1])",
+        raises("broadcast_shapes((2, 3), (4, 3))", "ValueError"),
+        raises("broadcast_shapes((5, 1, 2), (3, 3))", "ValueError"),
+    ],
+    "split_heads": [
+        "split_heads(torch.arange(24.).reshape(1, 2, 12), 3)",
+        "split_heads(torch.arange(24.).reshape(2, 3, 4), 2)",
+        "split_heads(torch.arange(12.).reshape(1, 2, 6), 1)",
+        "split_heads(torch.arange(24.).reshape(1, 2, 12), 4).stride()",
+        raises("split_heads(torch.ones(1, 2, 12), 5)", "ValueError"),
+        raises("split_heads(torch.ones(1, 2, 12), 0)", "ValueError"),
+    ],
+    "merge_heads": [
+        "merge_heads(torch.arange(24.).reshape(1, 2, 3, 4))",
+        "merge_heads(torch.arange(24.).reshape(2, 3, 2, 2))",
+        "merge_heads(split_heads(torch.arange(24.).reshape(1, 2, 12), 3))",
+    ],
+    "attention_scores": [
+        "attention_scores(torch.arange(24.).reshape(1, 2, 3, 4), torch.ones(1, 2, 2, 4))",
+        "attention_scores(torch.eye(4).reshape(1, 1, 4, 4), torch.arange(8.).reshape(1, 1, 2, 4))",
+        # Non-integer products: a student's summation order may differ in the last bits.
+        Case("attention_scores(torch.arange(12.).reshape(1, 1, 3, 4) / 10, "
+             "torch.arange(12.).reshape(1, 1, 3, 4) / 10)",
+             expected="torch.tensor([[0.07, 0.19, 0.31], [0.19, 0.63, 1.07], "
+             "[0.31, 1.07, 1.83]]).reshape(1, 1, 3, 3)", rel_tol=1e-5, abs_tol=1e-6),
+    ],
+    "project": [
+        "project(torch.arange(12.).reshape(1, 3, 4), torch.ones(4, 2))",
+        "project(torch.arange(6.).reshape(2, 1, 3), torch.arange(6.).reshape(3, 2))",
+    ],
+    # A prediction, graded within a band: 10% accepts 4 MiB written as 4 MB (4e6, 4.6% low) and
+    # refuses the usual mistakes: 0 (a view), 8 MiB (both copies), 16 MiB (8-byte elements).
+    # float(): an int counts too.
+    "predicted_transpose_reshape_bytes": [
+        Case("float(predicted_transpose_reshape_bytes)", rel_tol=0.1)],
+}

@@ -1,0 +1,432 @@
+"""Grading a class: the hand-ins received, each graded (here, on ``jobs`` threads, or on
+workers) and stored as one unit as soon as it is graded; a fault of the infrastructure stops
+the batch early, and --resume finishes it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from datetime import UTC
+from pathlib import Path
+
+from grader.common.errors import CourseError
+from grader.common.faults import (
+    Unavailable,
+    check_space,
+    database_name,
+    describe,
+    is_database_error,
+    is_disk_error,
+    process_alive,
+    retrying,
+)
+from grader.common.files import remove_tree
+from grader.common.text import display_name, inert, valid_student_id
+from grader.content.lessons import Lesson
+from grader.gradebook import deadlines as deadlines_mod
+from grader.gradebook import ledger
+from grader.gradebook import store as storage
+from grader.gradebook import times as stored_times
+from grader.gradebook.grades import _iso
+from grader.grading.autograde import Graded, grade_submission
+from grader.grading.limits import Limits
+from grader.grading.processes import Cgroup
+from grader.grading.sandbox import bwrap_path
+from grader.intake import times as handin_times
+from grader.intake.handins import LABELS, Handin, recognise
+from grader.intake.lms_names import named_by_lms
+from grader.intake.zips import Received, copy_notebook, unpack_zip
+
+
+def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
+              use_sandbox: bool = True, limits: Limits | None = None,
+              partial: bool = False, resume: bool = False, broker: str | None = None,
+              layout: str | None = None, keep_handins: bool = False,
+              discard_overrides: bool = False, by: str | None = None,
+              times: Path | None = None) -> dict[str, dict[str, str]]:
+    """Grade every student's notebook in ``submissions``: a folder or a zip, in the
+    grader's own layout or as an LMS delivers it (``layout``: see grader/intake/handins.py;
+    recognised from the files when None). ``keep_handins``: what an earlier download said
+    of each hand-in (name, late mark, layout) stands (a regrade of stored notebooks).
+    The review decisions in force for a student are kept and applied to the new grades,
+    unless ``discard_overrides`` (logged as ``by``'s decision). Each hand-in's submission
+    time is stored (grader/gradebook/deadlines.py): from ``times`` (the instructor's timestamps
+    file) where it names the student, else what the layout gives."""
+    if not submissions.exists():
+        raise CourseError(f"no such submissions folder or zip: {submissions}")
+    if use_sandbox and bwrap_path() is None:
+        raise CourseError(
+            "bubblewrap (bwrap) is not installed, so student code cannot be sandboxed. "
+            "Install it (Debian/Ubuntu: apt-get install bubblewrap; it needs Linux), or pass "
+            "--no-sandbox to run student code with your own rights (only for code you trust)")
+    if not use_sandbox:
+        print("warning: --no-sandbox: student code runs with your rights and can read, "
+              "change or delete your files", file=sys.stderr)
+    if not course.is_released(lesson):
+        course.release(lesson)
+    trial = Cgroup.create(Limits()) if use_sandbox else None
+    if trial is not None:
+        trial.remove()
+    elif use_sandbox:
+        course.log(f"note: no cgroup for the kernels ({Cgroup.unavailable_reason}): memory "
+                   "limits do not count shared memory, and a busy submission can slow the "
+                   "one graded beside it (docs/instructor.md, 'How a submission is graded')")
+    limits = limits or Limits()
+    deadlines = course.deadlines()
+    stamped = deadlines_mod.times_file(times, deadlines.zone if deadlines else None) \
+        if times is not None else {}
+    statuses: dict[str, dict[str, str]] = {}
+    with _unpacked(submissions, course.root) as received:
+        layout, handins, notes = recognise(received.root, lesson.name,
+                                           lesson.notebook.name, layout,
+                                           received.refused_members,
+                                           display_name(str(submissions)))
+        received.notes += notes
+        if not handins:
+            refused = "".join(f"\n  {note}" for note in received.notes[:20])
+            raise CourseError(f"{display_name(str(submissions))} holds no hand-ins "
+                              f"(read as {LABELS[layout]}; expected SUBMISSIONS/<student_id>/"
+                              "<notebook>.ipynb, or an LMS's download as it came)" + refused)
+        late = sum(h.late for h in handins)
+        course.log(f"recognised {LABELS[layout]}: {len(handins)} student(s)"
+                   + (f", {late} marked late" if late else "")
+                   + ("" if layout in ("folders", "nbgrader") else
+                      " (override with --from if that is wrong)"))
+        for note in received.notes:
+            course.log(note)
+        course.handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
+        if not keep_handins:  # a regrade keeps the time of the original hand-in
+            try:
+                store_times(course, lesson, layout, handins, received, stamped, deadlines)
+            except Exception as error:  # the grades matter more than the times
+                course.log(f"note: the submission times could not be stored "
+                           f"({type(error).__name__}: {inert(str(error), 200)}); no late "
+                           "penalty can be computed for this batch")
+        if keep_handins:
+            before = course.statuses(lesson.name).get(lesson.name, {})
+            course.handins[lesson.name].update({
+                s: before[s]["handin"] for s in course.handins[lesson.name]
+                if before.get(s, {}).get("handin")})
+        progress = Progress(len(handins), course.log, course.handins[lesson.name])
+        stored = read_stored(course, lesson) if resume else {}
+        review = (discard_overrides, by)
+        course.skipped = []
+        try:
+            grade_batch(course, lesson, handins, stored, review, progress, statuses, limits,
+                        partial, use_sandbox, broker, jobs)
+        finally:
+            progress.finish()
+            course.record_statuses(lesson, statuses)
+    return statuses
+
+
+def read_stored(course, lesson: Lesson) -> dict[str, dict]:
+    """What the ledger holds for ``lesson``, read once for --resume (waiting a while for a
+    database that does not answer)."""
+    if not course.has_gradebook():
+        return {}
+    return retrying(lambda: ledger.read(course.db_url, lesson.name).get(lesson.name, {}),
+                    what=f"the gradebook's database ({database_name(course.db_url)})",
+                    is_transient=is_database_error, log=course.log)
+
+
+def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str, dict],
+                 review: tuple[bool, str | None], progress: Progress,
+                 statuses: dict[str, dict[str, str]], limits: Limits, partial: bool,
+                 use_sandbox: bool, broker: str | None, jobs: int) -> None:
+    """Receive, grade and store each hand-in, ``jobs`` at once. Each submission is stored
+    as one unit as soon as it is graded. A fault of the grader's own infrastructure (the
+    database, the broker, the disk: grader/common/faults.py) stops the batch early: what is
+    stored stays, nothing is charged to a student, and --resume finishes the rest."""
+    pending = []
+    for handin in handins:
+        check_space([course.root, Path(tempfile.gettempdir())])
+        early = receive(course, lesson, handin)
+        if isinstance(early, Graded):
+            statuses[early.student_id] = progress.done(
+                storage.store_submission(course, lesson, early, review)).outcome()
+        elif stored.get(handin.student_id, {}).get("notebook_sha256") == early[3]:
+            progress.skip(handin.student_id)  # the same notebook is stored whole already
+            course.skipped.append(handin.student_id)
+        else:
+            pending.append(early)
+
+    def store(graded: Graded, digest: str) -> None:
+        graded.notebook_sha256 = digest
+        with course.gradebook_lock:
+            storage.store_submission(course, lesson, graded, review)
+        statuses[graded.student_id] = progress.done(graded).outcome()
+
+    if broker is not None:
+        grade_on_workers(course, lesson, pending, limits, partial, use_sandbox, broker, store,
+                         jobs)
+        return
+
+    def work(item: tuple[str, Path, list[str], str]) -> tuple[Graded, str]:
+        student_id, notebook, notes, digest = item
+        check_space([course.root, Path(tempfile.gettempdir())])
+        try:
+            graded = grade_submission(notebook, "; ".join(notes), lesson, student_id,
+                                      course.db_url, limits, use_sandbox,
+                                      course.gradebook_lock, partial)
+        except Unavailable:
+            raise
+        except Exception as error:  # a bug of ours must not stop the batch
+            graded = Graded(student_id, "needs_review", [
+                f"grading error: {type(error).__name__}: {error}"[:500]])
+        if graded.status != "graded" and any("grading error" in r for r in graded.reasons):
+            check_space([course.root, Path(tempfile.gettempdir())])  # the disk, not the code
+        return graded, digest
+
+    stop: Unavailable | None = None
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    futures = [pool.submit(work, item) for item in pending]
+    try:
+        for future in as_completed(futures):
+            try:
+                graded, digest = future.result()
+                if stop is None:
+                    store(graded, digest)
+            except Unavailable as fault:
+                if stop is None:
+                    stop = fault
+                    for other in futures:
+                        other.cancel()
+            except CancelledError:
+                continue
+    finally:  # interrupted (Ctrl-C, SIGTERM) or stopped: no new submission starts
+        pool.shutdown(wait=True, cancel_futures=True)
+    if stop is not None:
+        raise stop
+
+
+def receive(course, lesson: Lesson, handin: Handin,
+             ) -> Graded | tuple[str, Path, list[str], str]:
+    """Copy a student's notebook (and nothing else) in; what cannot be graded, say why."""
+    name, reasons = handin.student_id, handin.reasons
+    if not valid_student_id(name):
+        what = "the folder's name" if course.handins.get(lesson.name, {}).get(
+            name, {}).get("from") in ("folders", "nbgrader", None) else "the LMS's id"
+        return Graded(display_name(name), "invalid", [
+            f"{what} is not a student id (letters, digits and ._@+-, at most 100;"
+            " rename it)", *reasons])
+    try:
+        target = course.root / "submitted" / name / lesson.name
+        if target.exists():  # re-grading replaces the earlier submission entirely
+            remove_tree(target)
+        if handin.notebook is None:
+            return Graded(name, "invalid", reasons or [
+                f"no notebook {lesson.notebook.name} in the submission"])
+        copy = target / lesson.notebook.name
+        copy_notebook(handin.notebook, copy)
+        if course.handins.get(lesson.name, {}).get(name, {}).get("from") == "nbgrader":
+            from grader.intake.exchange import copy_exchange_files
+
+            copy_exchange_files(handin.notebook.parent, target)  # feedback's secret
+        digest = hashlib.sha256(copy.read_bytes()).hexdigest()
+    except OSError as error:
+        if is_disk_error(error):  # our disk, not the student's file
+            raise Unavailable(f"the disk holding {course.root} cannot be written",
+                              describe(error)) from error
+        return Graded(name, "invalid", [f"the submission could not be read "
+                                        f"({error.strerror or type(error).__name__})",
+                                        *reasons])
+    return name, copy, list(reasons), digest
+
+
+def grade_on_workers(course, lesson: Lesson, pending: list, limits: Limits, partial: bool,
+                      use_sandbox: bool, broker: str,
+                      store: Callable[[Graded, str], None], jobs: int) -> None:
+    """Prepare each submission here, run it on the queue's workers, judge it here (``jobs``
+    at once: judging may run kernels here, for exercises judged again)."""
+    from grader.grading.autograde import prepare_submission
+    from grader.grading.distributed import grade_on_workers, make_app
+
+    app = make_app(broker, visibility_timeout=limits.notebook_seconds + 600)
+    digests, prepared = {}, []
+    for student_id, notebook, notes, digest in pending:
+        try:
+            ready = prepare_submission(notebook, "; ".join(notes), lesson, student_id,
+                                       course.db_url, course.gradebook_lock)
+        except Unavailable:
+            raise
+        except Exception as error:  # one notebook must not stop the class
+            ready = Graded(student_id, "needs_review", [
+                f"grading error: {type(error).__name__}: {error}"[:500]])
+        if isinstance(ready, Graded):
+            store(ready, digest)
+        else:
+            digests[student_id] = digest
+            prepared.append(ready)
+    grade_on_workers(app, lesson, prepared, limits, partial, use_sandbox,
+                     lambda graded: store(graded, digests.get(graded.student_id, "")),
+                     course.log, judges=jobs)
+
+
+def store_times(course, lesson: Lesson, layout: str, handins: list[Handin],
+                 received: Received, stamped: dict[str, tuple[float, str]],
+                 deadlines) -> None:
+    """Each hand-in's submission time, from what can be trusted, best first: the
+    instructor's timestamps file (``--times``: our CSV, Moodle's grading worksheet, Canvas's
+    submissions JSON), Gradescope's ``created_at``, Blackboard's attempt date, a
+    ``timestamp.txt`` our own collect wrote (grader/intake/exchange.py), Canvas's LATE mark.
+    Never a zip member's time (an LMS stamps its zip when it is made: Moodle's "Download
+    all submissions" gives every file the time of the download) nor a ``timestamp.txt``
+    the student wrote (``nbgrader collect`` copies it as the student left it): those
+    hand-ins have no time and pay no penalty, and a student's own stamp is flagged for a
+    look where the lesson has a due date. Says where the times came from."""
+    from collections import Counter
+    from datetime import datetime
+
+    from grader.intake.exchange import COLLECTED
+
+    zone = deadlines.zone if deadlines else None
+    due = deadlines is not None and lesson.name in deadlines.due
+    ours = _same_folder(received.root, course.root / COLLECTED)
+    rows, counts = {}, Counter()
+    for handin in handins:
+        if not valid_student_id(handin.student_id):
+            continue
+        at, source = handin.submitted_at, handin.time_source
+        if handin.student_id in stamped:
+            at, source = stamped[handin.student_id]
+        elif layout == "nbgrader" and at is not None and ours:
+            source = "timestamp.txt (written by python -m grader collect)"
+        elif layout == "nbgrader" and at is not None:
+            claimed = _iso(datetime.fromtimestamp(at, UTC)) \
+                if handin_times.plausible(at) else "a time out of range"
+            at, source = None, (f"none: timestamp.txt says {claimed}, but the student wrote"
+                                " it (not python -m grader collect)")
+            if due:
+                handin.reasons.append(
+                    f"its timestamp.txt says {claimed}, but the student's side wrote it "
+                    "(nbgrader collect copies it as the student left it), so no late penalty"
+                    " is charged: give the time with --times FILE, or collect with python "
+                    "-m grader collect")
+        elif at is None and handin.local_time:
+            at = handin_times.naive_time(handin.local_time, zone, "Blackboard's date")
+            source = "Blackboard's attempt date" if at is not None else \
+                "none: Blackboard's attempt date, with no timezone in the deadlines file " \
+                "to read it in"
+        if at is None and not source:
+            source = "Canvas's LATE mark" if handin.late else (
+                "Canvas: not marked late" if layout == "canvas" else
+                f"none: no submission time in {LABELS[layout]}")
+        rows[handin.student_id] = {"submitted_at": at, "source": source,
+                                   "late_mark": handin.late}
+        counts[f"from {source}" if at is not None else "" if source.startswith("none")
+               else {"Canvas's LATE mark": "marked late by Canvas, time unknown",
+                     "Canvas: not marked late": "not marked late by Canvas"}.get(
+                         source, source)] += 1
+    stored_times.write_times(course.db_url, lesson.name, rows)
+    hint = {"moodle": "give Moodle's grading worksheet with --times FILE",
+            "canvas": "give Canvas's submissions API JSON with --times FILE",
+            "nbgrader": "collect with python -m grader collect, or give --times FILE",
+            "blackboard": "set timezone in the deadlines file",
+            }.get(layout, "give a CSV student_id,submitted_at with --times FILE")
+    unknown = counts.pop("", 0)
+    course.log("submission times: " + ", ".join(
+        [f"{n} {what}" for what, n in counts.most_common()]
+        + ([f"{unknown} unknown, so no late penalty for them ({hint})"] if unknown else [])))
+
+
+class Progress:
+    """Submissions done, failed and remaining: one line each, or a live line on a terminal."""
+
+    def __init__(self, total: int, log: Callable[[str], None],
+                 handins: dict[str, dict] | None = None):
+        self.total, self.log, self.handins = total, log, handins or {}
+        self.counts = {"graded": 0, "needs_review": 0, "invalid": 0}
+        self.live = sys.stderr.isatty()
+
+    def done(self, graded: Graded) -> Graded:
+        self.counts[graded.status] += 1
+        finished = sum(self.counts.values())
+        handin = self.handins.get(graded.student_id, {})
+        who = ", ".join(x for x in (handin.get("name", ""), "LATE" if handin.get("late") else "")
+                        if x)
+        remarks = "; ".join(handin.get("remarks", []))
+        line = (f"[{finished}/{self.total}] {inert(graded.student_id, 120)}"
+                + (f" ({inert(who, 120)})" if who else "") + f": {graded.status}"
+                + (f" ({inert(graded.reason)})" if graded.reason else "")
+                + (f" [{inert(remarks)}]" if remarks else ""))
+        self.log(line)
+        if self.live:
+            bar = "#" * (30 * finished // self.total)
+            print(f"\r[{bar:<30}] {finished}/{self.total} done, "
+                  f"{self.counts['needs_review'] + self.counts['invalid']} flagged or failed, "
+                  f"{self.total - finished} remaining", end="", file=sys.stderr, flush=True)
+        return graded
+
+    def skip(self, student_id: str) -> None:
+        self.log(f"skipped {inert(student_id, 120)}: this notebook is graded already (--resume)")
+        self.total -= 1
+
+    def finish(self) -> None:
+        if self.live:
+            print(file=sys.stderr)
+
+
+@contextmanager
+def _unpacked(submissions: Path, course_root: Path) -> Iterator[Received]:
+    """The submissions as a folder of student folders; a zip is unpacked safely first."""
+    try:
+        is_folder = submissions.is_dir()
+    except OSError as error:
+        raise CourseError(f"cannot read {display_name(str(submissions))}: "
+                          f"{error.strerror}") from None
+    if is_folder:
+        yield Received(submissions)
+        return
+    if not zipfile.is_zipfile(submissions):
+        raise CourseError(f"{display_name(str(submissions))} is neither a folder nor a zip file")
+    remove_leftovers(course_root)
+    tmp = Path(tempfile.mkdtemp(dir=course_root, prefix=f"{UNZIP}{socket.gethostname()}-"
+                                                          f"{os.getpid()}-"))
+    try:
+        yield unpack_zip(submissions, tmp, named_by_lms)
+    finally:
+        remove_tree(tmp)
+
+
+UNZIP = "unzip-"  # a zip's members, unpacked in the course directory for one batch
+LEFTOVER_SECONDS = 6 * 3600  # an unzip folder of no known process, untouched this long
+
+
+def remove_leftovers(course_root: Path) -> list[str]:
+    """Remove the unzip folders of batches that were killed (SIGKILL leaves them, holding
+    students' files): those of this machine whose process is gone, and any of no known process
+    left untouched for hours. Another grader's live batch keeps its folder."""
+    removed = []
+    host = socket.gethostname()
+    for folder in course_root.glob(f"{UNZIP}*"):
+        name = folder.name.removeprefix(UNZIP)
+        owner, _, rest = name.rpartition("-")[0].rpartition("-")
+        try:
+            pid = int(rest) if owner == host else None
+        except ValueError:
+            pid = None
+        try:
+            stale = (not process_alive(pid) if pid is not None else
+                     owner != host and time.time() - folder.stat().st_mtime > LEFTOVER_SECONDS)
+            if stale and folder.is_dir() and not folder.is_symlink():
+                remove_tree(folder)
+                removed.append(folder.name)
+        except OSError:
+            continue
+    return removed
+
+
+def _same_folder(one: Path, other: Path) -> bool:
+    try:
+        return Path(one).resolve() == Path(other).resolve()
+    except OSError:
+        return False

@@ -1,0 +1,213 @@
+"""A course directory: where the grader keeps its state, and nbgrader's commands run in it.
+
+
+Everything lives in one course directory (default ``.course/`` in the repository)::
+
+    nbgrader_config.py   written by us on every command
+    gradebook.db         nbgrader's gradebook, and the course's own tables
+    (grader/gradebook/ledger.py):
+                         each submission's status, and the review log
+    source/LESSON/       copy of notebooks/LESSON, refreshed by release
+    release/LESSON/      student version (solutions and hidden tests stripped)
+    submitted/STUDENT/LESSON/  the notebook as handed in (nothing else is copied, but for
+                         nbgrader's timestamp.txt and submission_secret.txt from an exchange)
+    collected/STUDENT/LESSON/  submissions collected from nbgrader's exchange
+    (grader/intake/exchange.py)
+    exchange.json        the exchange's folder and course id, as release --exchange was given
+    autograded/STUDENT/LESSON/ the notebook as run in the sandbox, with each exercise's result
+    feedback/STUDENT/LESSON/   nbgrader's HTML feedback
+    grading_status.json  per submission: graded / needs_review / invalid, why, and per exercise
+    reports/LESSON/      pass rates, score histogram, flagged submissions
+    demo/LESSON/         the instructor version, for running in class
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.common.errors import CourseError
+from grader.common.text import tail
+from grader.content.lessons import COURSE_ID, REPO, Lesson
+from grader.content.sync import sync_lesson
+from grader.gradebook import deadlines as deadlines_mod
+from grader.gradebook import ledger
+
+DEFAULT_COURSE_DIR = REPO / ".course"
+STATUS_FILE = "grading_status.json"
+# The feedback pages' template (grader/outputs/templates/), named in nbgrader's config.
+TEMPLATES = Path(__file__).resolve().parents[1] / "outputs" / "templates"
+
+CONFIG_TEMPLATE = """\
+# Written by `python -m grader` on every command; edits here are overwritten.
+c = get_config()  # noqa: F821
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.course_id = {course_id!r}
+c.CourseDirectory.db_url = {db_url!r}
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "grader.outputs.preprocessors.ShowReview",
+    "grader.outputs.preprocessors.ShowLate",
+    "grader.outputs.preprocessors.NameExercises",
+    "grader.outputs.preprocessors.RedactHiddenTests",
+    "grader.outputs.preprocessors.SanitizeUntrusted",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
+c.ShowLate.deadlines_file = {deadlines!r}
+c.NameExercises.source_root = {source!r}
+# The course's feedback template, for feedback pages alone: formgrader renders its grading
+# pages with nbgrader's HTMLExporter, which must keep its own template ("formgrade").
+c.GenerateFeedback.exporter_class = "grader.outputs.preprocessors.FeedbackExporter"
+c.FeedbackExporter.template_name = "ctc_feedback"  # nbgrader's feedback, a few blocks changed
+c.FeedbackExporter.template_file = "ctc.html.j2"
+c.FeedbackExporter.extra_template_basedirs = [{templates!r}, {nbgrader_templates!r}]
+"""
+
+
+@dataclass
+class CourseDir:
+    """A course directory and the nbgrader commands run in it: its state (what each hand-in
+    said, the gradebook's lock) lives here; what the grader does with it, in the modules of
+    grader/gradebook/ and grader/outputs/, which take it as ``course``."""
+
+    root: Path
+    log: Callable[[str], None] = print
+    database: str | None = None  # a SQLAlchemy URL; None: gradebook.db in the course directory
+    deadlines_file: Path | None = None  # None: deadlines.toml in the course directory
+
+    def __post_init__(self) -> None:
+        self.handins: dict[str, dict[str, dict]] = {}  # lesson -> student -> Handin.record
+        self.gradebook_lock = threading.Lock()  # one reader or writer of the gradebook at once
+        self.root = self.root.resolve()
+        if self.root.exists() and not self.root.is_dir():
+            raise CourseError(f"course directory {self.root} exists and is not a folder")
+        # Solutions, hidden checks, the gradebook and students' work: for this user alone.
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.deadlines_file = (self.deadlines_file.resolve() if self.deadlines_file
+                               else self.root / "deadlines.toml")
+        (self.root / "nbgrader_config.py").write_text(CONFIG_TEMPLATE.format(
+            root=str(self.root), course_id=COURSE_ID, db_url=self.db_url,
+            deadlines=str(self.deadlines_file), source=str(self.root / "source"),
+            templates=str(TEMPLATES),
+            nbgrader_templates=_nbgrader_templates()))
+
+    def nbgrader(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run one nbgrader command in the course directory, output captured."""
+        env = dict(os.environ)
+        # nbgrader's first gradebook creation runs `alembic`, which lives beside this python.
+        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=env,
+                              capture_output=True, text=True, check=False)
+
+    def gradebook(self):
+        from nbgrader.api import Gradebook
+
+        return Gradebook(self.db_url, course_id=COURSE_ID)
+
+    def is_released(self, lesson: Lesson) -> bool:
+        from nbgrader.api import MissingEntry
+
+        if not (self.root / "release" / lesson.name).is_dir():
+            return False
+        with self.gradebook() as gb:
+            try:
+                gb.find_assignment(lesson.name)
+            except MissingEntry:
+                return False
+        return True
+
+    def release(self, lesson: Lesson) -> Path:
+        """Write the student version of ``lesson`` to ``release/LESSON`` and register it."""
+        drift = sync_lesson(lesson, write=False)
+        if drift:
+            raise CourseError(f"{lesson.name} is out of step: {drift[0]}; "
+                              "run `python -m grader sync` first")
+        source = self.root / "source" / lesson.name
+        if source.exists():
+            shutil.rmtree(source)
+        shutil.copytree(lesson.folder, source,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        done = self.nbgrader("generate_assignment", lesson.name, "--force")
+        if done.returncode != 0:
+            raise CourseError(f"nbgrader generate_assignment {lesson.name} failed:\n"
+                              + tail(done.stderr + done.stdout))
+        release = self.root / "release" / lesson.name
+        self.log(f"released {lesson.name}: student version in {release}")
+        return release
+
+    def deadlines(self):
+        """The deadlines file (grader/gradebook/deadlines.py), or None where there is none; each
+        extension
+        given to the student of the gradebook it names. Its warnings (a lesson the course does
+        not have, an extension that names no one) are said once per command."""
+        found = deadlines_mod.load(self.deadlines_file, required=self.deadlines_file
+                                   != self.root / "deadlines.toml")
+        if found is None:
+            return None
+        from grader.gradebook.deadlines_check import people
+
+        found.resolve(people(self.db_url) if self.has_gradebook() else {})
+        said = self.__dict__.setdefault("_deadline_warnings", set())
+        for warning in found.warnings:
+            if warning not in said:
+                said.add(warning)
+                self.log(f"warning: {warning}")
+        return found
+
+    @property
+    def db_url(self) -> str:
+        return self.database or f"sqlite:///{self.root / 'gradebook.db'}"
+
+    def has_gradebook(self) -> bool:
+        return self.database is not None or (self.root / "gradebook.db").exists()
+
+    def record_statuses(self, lesson: Lesson, statuses: dict[str, dict[str, str]]) -> None:
+        """Write grading_status.json, a copy of the whole ledger for people and scripts (the
+        ledger itself is written submission by submission). Where the database cannot be
+        read now, the copy waits for the next command."""
+        try:
+            copy = json.dumps(self.statuses(), indent=1, sort_keys=True)
+        except CourseError:
+            return
+        path = self.root / STATUS_FILE
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            tmp.write_text(copy)
+            tmp.replace(path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def grades(self) -> list[dict[str, object]]:
+        """One row per student and lesson, decisions and late penalties applied
+        (grader/gradebook/grades.py)."""
+        from grader.gradebook.grades import grades
+
+        return grades(self)
+
+    def statuses(self, lesson: str | None = None) -> dict[str, dict[str, dict]]:
+        """lesson -> student -> status, reason, exercises: from the ledger."""
+        if not self.has_gradebook():
+            return {}
+        try:
+            return ledger.read(self.db_url, lesson)
+        except Exception as error:
+            raise CourseError(f"cannot read the grading ledger in {self.db_url}: "
+                              f"{type(error).__name__}: {error}") from None
+
+
+def _nbgrader_templates() -> str:
+    """nbgrader's own template folder (its feedback template, which ours extends)."""
+    import nbgrader
+
+    return str(Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader"
+               / "templates")

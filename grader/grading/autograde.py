@@ -1,0 +1,294 @@
+"""Grade one submission: sanitize with nbgrader, run sandboxed, score in this process.
+
+nbgrader's own preprocessors restore the locked cells from the gradebook and strip the hidden
+tests (the student's kernel never runs them, so it can never read an expected value); the
+sandboxed run and the probes of grader/grading/probe.py decide the points; the gradebook and the
+autograded notebook are written by the caller, one submission at a time.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+from nbformat.v4 import new_output
+
+from grader.common.faults import Unavailable, database_name, is_database_error, retrying
+from grader.content.lessons import BEGIN_HIDDEN, END_HIDDEN, Lesson
+from grader.grading.execute import Run, run_submission
+from grader.grading.kernel import GradingError
+from grader.grading.limits import Limits
+from grader.grading.probe import Verdict, exercises
+
+# Code that reaches for the grader's machinery or outside its notebook. Not forbidden (the
+# sandbox makes it harmless, the scoring outside the kernel makes it useless); flagged so that an
+# instructor can look. A hint, not a defence: code can always hide what it reaches for.
+SUSPICIOUS = {
+    "builtins": r"\bbuiltins\b|__builtins__",
+    "sys.modules": r"sys\s*\.\s*modules",
+    "IPython's transformers or hooks": r"ast_transformers|input_transformers|"
+                                       r"set_custom_exc|register_magic|events\s*\.\s*register|"
+                                       r"displayhook|excepthook",
+    "frames or globals": r"_getframe|\binspect\b|\bglobals\s*\(",
+    "the file system": r"\bopen\s*\(|\bos\s*\.\s*(remove|unlink|rmdir|chdir|listdir|walk|"
+                       r"scandir|system|popen|environ)|\bpathlib\b|\bshutil\b|\bglob\b",
+    "subprocesses": r"\bsubprocess\b|\bos\s*\.\s*(fork|exec|spawn|kill|_exit)|"
+                    r"\bmultiprocessing\b|\bsignal\b",
+    "the network": r"\bsocket\b|\burllib\b|\brequests\b|\bhttp\.client\b|\bhttpx\b",
+    # [ \t]*, not \s*: at every line start \s* would rescan the newlines after it, quadratic
+    # in a cell of many empty lines (and the regex engine holds the GIL, stalling every grader).
+    "the check helper": r"^[ \t]*(def[ \t]+check\b|check[ \t]*=)|_difference",
+}
+
+
+HIDDEN_NOTE = "# (hidden checks, not shown: the grader runs them outside your notebook)"
+
+
+@dataclass
+class Graded:
+    """The outcome of grading one student's submission."""
+
+    student_id: str
+    status: str  # graded, needs_review, invalid
+    reasons: list[str] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    notebook: NotebookNode | None = None  # executed, hidden tests stripped: for feedback
+    seconds: float = 0.0
+    flags: list[str] = field(default_factory=list)
+    notebook_sha256: str = ""  # of the notebook as handed in: a regrade of the same one is skipped
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)[:1000]
+
+    def outcome(self) -> dict[str, str]:
+        """What the status file and the command's summary keep of it."""
+        return {"status": self.status, "reason": self.reason,
+                "notebook_sha256": self.notebook_sha256}
+
+
+# The same, read from the code's syntax tree: a module imported under another name still counts.
+MODULES = {
+    "builtins": "builtins", "inspect": "frames or globals", "gc": "frames or globals",
+    "ctypes": "frames or globals", "importlib": "sys.modules", "os": "the file system",
+    "pathlib": "the file system", "shutil": "the file system", "glob": "the file system",
+    "subprocess": "subprocesses", "multiprocessing": "subprocesses",
+    "signal": "subprocesses", "pty": "subprocesses", "socket": "the network",
+    "urllib": "the network", "http": "the network", "requests": "the network",
+    "httpx": "the network",
+}
+DYNAMIC = {"getattr", "setattr", "__import__", "eval", "exec", "compile", "vars", "globals",
+           "locals"}
+
+
+def _syntax_flags(code: str) -> set[str]:
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return set()
+    except (RecursionError, MemoryError):  # nested deeper than the parser goes
+        return {"code nested too deeply for the grader to read"}
+    flags = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            flags |= {MODULES[a.name.split(".")[0]] for a in node.names
+                      if a.name.split(".")[0] in MODULES}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            root = node.module.split(".")[0]
+            if root in MODULES:
+                flags.add(MODULES[root])
+        elif isinstance(node, ast.Name) and node.id in DYNAMIC:
+            flags.add("names built at run time (getattr, eval, exec, __import__)")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") \
+                and node.attr not in ("__init__", "__name__", "__class__", "__doc__"):
+            flags.add("dunder attributes")
+    return flags
+
+
+MAX_SCANNED_CHARS = 2 * 2**20  # of a notebook's own code: beyond it, the rest is not read
+
+
+def scan(nb: NotebookNode, source: NotebookNode) -> list[str]:
+    """What the student's own code reaches for (cells that differ from the source notebook)."""
+    given = {c.source for c in source.cells if c.cell_type == "code"}
+    cells = [c.source for c in nb.cells if c.get("cell_type") == "code"
+             and isinstance(c.get("source"), str) and c.source not in given]
+    code = "\n".join(cells)[:MAX_SCANNED_CHARS]
+    found = {what for what, pattern in SUSPICIOUS.items()
+             if re.search(pattern, code, flags=re.MULTILINE)}
+    for cell in cells:
+        if len(cell) <= MAX_SCANNED_CHARS:
+            found |= _syntax_flags(cell)
+    if len(code) == MAX_SCANNED_CHARS:
+        found.add(f"more than {MAX_SCANNED_CHARS // 2**20} MiB of code of its own (not all read)")
+    return sorted(found)
+
+
+def sanitize(nb: NotebookNode, lesson: Lesson, student_id: str, db_url: str,
+             ) -> tuple[NotebookNode, list[str]]:
+    """nbgrader's own clean-up of a submission, then the hidden tests removed."""
+    from nbgrader.preprocessors import (
+        CheckCellMetadata,
+        ClearHiddenTests,
+        ClearOutput,
+        DeduplicateIds,
+        OverwriteCells,
+        OverwriteKernelspec,
+    )
+
+    resources = {"nbgrader": {"db_url": db_url, "assignment": lesson.name,
+                              "notebook": lesson.notebook_id, "student": student_id}}
+    notes = []
+    cleaned = copy.deepcopy(nb)
+    if _normalise(cleaned):
+        notes.append("cells with metadata of the wrong shape were given plain metadata")
+        nb = cleaned
+    for step in (ClearOutput(), DeduplicateIds(), OverwriteKernelspec(), OverwriteCells(),
+                 CheckCellMetadata()):
+        try:
+            cleaned, resources = step.preprocess(cleaned, resources)
+        except Exception as error:  # edited metadata, say: grade what was submitted
+            if is_database_error(error):  # the gradebook did not answer: not the notebook's
+                raise
+            notes.append(f"nbgrader's {type(step).__name__} refused the notebook "
+                         f"({type(error).__name__}); graded as submitted")
+            cleaned = copy.deepcopy(nb)
+            cleaned, _ = ClearOutput().preprocess(cleaned, {})
+            break
+    _strip_hidden_everywhere(cleaned)
+    cleaned, _ = ClearHiddenTests().preprocess(cleaned, resources)  # and whatever it knows more
+    return cleaned, notes
+
+
+def _normalise(nb: NotebookNode) -> bool:
+    """Give every cell the shape nbgrader and the grader read: a metadata dict, nbgrader and
+    course metadata dicts, a string source. True where something had to change."""
+    changed = False
+    for cell in nb.cells:
+        if not isinstance(cell.get("metadata"), dict):
+            cell["metadata"], changed = nbformat.from_dict({}), True
+        for key in ("nbgrader", "course"):
+            if key in cell.metadata and not isinstance(cell.metadata[key], dict):
+                del cell.metadata[key]
+                changed = True
+        meta = cell.metadata.get("nbgrader", {})
+        if meta and (not isinstance(meta.get("grade_id", ""), str)
+                     or type(meta.get("points", 0)) not in (int, float)):
+            del cell.metadata["nbgrader"]  # nothing of it can be trusted or read
+            changed = True
+        if not isinstance(cell.get("source"), str):
+            source = cell.get("source")
+            cell["source"] = "".join(source) if isinstance(source, list) and all(
+                isinstance(line, str) for line in source) else ""
+            changed = True
+    return changed
+
+
+def _strip_hidden_everywhere(nb: NotebookNode) -> None:
+    """Replace every hidden region by a comment: the kernel must never see a hidden check."""
+    for cell in nb.cells:
+        while BEGIN_HIDDEN in cell.get("source", ""):
+            before, rest = cell.source.split(BEGIN_HIDDEN, 1)
+            after = rest.split(END_HIDDEN, 1)[1] if END_HIDDEN in rest else ""
+            cell.source = before + HIDDEN_NOTE + after
+
+
+def annotate(nb: NotebookNode, verdicts: list[Verdict], events: list[str]) -> None:
+    """Put each exercise's result under its test cell, for the feedback page."""
+    by_cell = {f"test-{v.name}": v for v in verdicts}
+    seen = set()
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in by_cell and grade_id not in seen and cell.cell_type == "code":
+            seen.add(grade_id)
+            cell.outputs.append(new_output("stream", name="stdout",
+                                           text=f"[grader] {by_cell[grade_id].summary()}\n"))
+    if events and nb.cells:
+        first = next((c for c in nb.cells if c.cell_type == "code"), None)
+        if first is not None:
+            first.outputs.append(new_output("stream", name="stdout", text="".join(
+                f"[grader] {event}\n" for event in events)))
+
+
+@dataclass
+class Prepared:
+    """A submission ready to run: sanitized by nbgrader, flagged, hidden tests removed."""
+
+    student_id: str
+    notebook: NotebookNode
+    reasons: list[str]
+    flags: list[str]
+
+
+def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_id: str,
+                       db_url: str, gradebook_lock: AbstractContextManager | None = None,
+                       ) -> Prepared | Graded:
+    """Read and sanitize a submission; a ``Graded`` (invalid) when it cannot be."""
+    try:
+        submitted = nbformat.read(notebook_path, as_version=4)
+    except Exception as error:  # any parse failure makes the submission unreadable
+        return Graded(student_id, "invalid", [f"{notebook_path.name} is not a readable "
+                                              f"notebook ({type(error).__name__})"])
+    source = nbformat.read(lesson.notebook, as_version=4)
+    reasons = [note] if note else []
+
+    def clean() -> tuple[NotebookNode, list[str]]:
+        with gradebook_lock or nullcontext():  # nbgrader's preprocessors read the gradebook
+            return sanitize(submitted, lesson, student_id, db_url)
+
+    try:
+        cleaned, notes = retrying(clean, is_transient=is_database_error,
+                                  what=f"the gradebook's database ({database_name(db_url)})")
+    except Unavailable:
+        raise
+    except Exception as error:
+        return Graded(student_id, "invalid", [f"the notebook could not be prepared for "
+                                              f"grading ({type(error).__name__}: {error})"[:300]])
+    return Prepared(student_id, cleaned, reasons + notes, scan(submitted, source))
+
+
+def finish(prepared: Prepared, run: Run, lesson: Lesson) -> Graded:
+    """The graded submission from its run: verdicts under the test cells, status and reasons."""
+    verdicts = [run.verdicts[exercise.name] for exercise in exercises(lesson)]
+    annotate(run.notebook, verdicts, run.events)
+    reasons = prepared.reasons + run.events
+    reasons += [f"code reaches for {what}" for what in prepared.flags]
+    status = "needs_review" if reasons else "graded"
+    return Graded(prepared.student_id, status, reasons, verdicts, run.notebook, run.seconds,
+                  prepared.flags)
+
+
+def not_graded(prepared: Prepared, why: str) -> Graded:
+    """A prepared submission that could not be run or judged: needs_review, saying why."""
+    return Graded(prepared.student_id, "needs_review", [*prepared.reasons, why[:500]],
+                  flags=prepared.flags)
+
+
+def run_prepared(prepared: Prepared, lesson: Lesson, limits: Limits, use_sandbox: bool,
+                 partial: bool = False) -> Graded:
+    """Run a prepared submission here, judging as it goes."""
+    files = [lesson.folder / name for name in lesson.data_files]
+    try:
+        run = run_submission(prepared.notebook, files, exercises(lesson), limits, use_sandbox,
+                             partial)
+    except GradingError as error:
+        return not_graded(prepared, f"grading error: {error}")
+    return finish(prepared, run, lesson)
+
+
+def grade_submission(notebook_path: Path, note: str, lesson: Lesson, student_id: str,
+                     db_url: str, limits: Limits, use_sandbox: bool,
+                     gradebook_lock: AbstractContextManager | None = None,
+                     partial: bool = False) -> Graded:
+    """Everything about one submission except writing the results down."""
+    prepared = prepare_submission(notebook_path, note, lesson, student_id, db_url,
+                                  gradebook_lock)
+    if isinstance(prepared, Graded):
+        return prepared
+    return run_prepared(prepared, lesson, limits, use_sandbox, partial)

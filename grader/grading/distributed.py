@@ -1,0 +1,392 @@
+"""Grading on many machines: Celery workers run the sandbox, the coordinator judges.
+
+``python -m grader worker --broker redis://HOST:PORT/0`` runs on each grading machine; it takes
+submissions from the queue, runs each in the same bubblewrap sandbox as local grading, and
+sends back the executed notebook and each probe's raw replies as plain JSON (no pickle). It
+never sees an expected value or a line of reference code, and it writes no grade:
+``python -m grader autograde LESSON SUBMISSIONS --broker URL`` (the coordinator) sanitizes each
+submission with nbgrader, sends it, judges the replies against values it computed itself and
+writes the gradebook. What must be shared is the broker (Redis) and, where several coordinators
+grade one course, the database; nothing else.
+
+Delivery is at least once, grades exactly once: a task is acknowledged only when it is done, so
+the broker hands it out again if its worker dies; the coordinator notices a task that no live
+worker holds and no queue lists, sends the submission again at once, stores the first result
+per student, and after MAX_ATTEMPTS lost tries gives the submission ``needs_review`` rather than
+looping. A coordinator started again with ``--resume`` skips what the gradebook already holds
+for the same notebook (by its hash).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from celery import Celery
+
+from grader.common.faults import WAIT_SECONDS, Unavailable, describe, is_broker_error
+from grader.common.text import text_safe
+from grader.content.lessons import Lesson
+from grader.grading.autograde import Graded, Prepared, finish, not_graded, run_prepared
+from grader.grading.execute import Run, judge_again, verdict_from_replies
+from grader.grading.kernel import GradingError
+from grader.grading.limits import Limits
+from grader.grading.probe import Check, Exercise, Failure, exercises, judge, unattempted
+
+MAX_ATTEMPTS = 3  # workers a submission may stop before it is given up as needs_review
+LOOK_SECONDS = 2.0
+MISSED_LOOKS = 3  # a task neither queued nor held by a live worker this often in a row is lost
+TASK = "counting_the_cost.run_submission"
+
+
+def make_app(broker: str, visibility_timeout: int = 3600) -> Celery:
+    """The Celery app of both sides: JSON only, late acknowledgement, one task at a time."""
+    app = Celery("counting_the_cost", broker=broker, backend=broker)
+    app.conf.update(
+        task_serializer="json", result_serializer="json", accept_content=["json"],
+        task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
+        task_track_started=True, result_expires=7 * 86400, broker_connection_retry=True,
+        broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
+        # A message a worker took but never acknowledged goes back to the queue after this
+        # long; the coordinator's own watch on the workers is much quicker.
+        broker_transport_options={"visibility_timeout": visibility_timeout},
+        result_backend_transport_options={"visibility_timeout": visibility_timeout},
+    )
+    app.task(name=TASK, bind=True)(_run_task)
+    return app
+
+
+def _run_task(task, payload: dict) -> dict:
+    """On a worker: run one submission in the sandbox, keep every probe's replies. A task
+    handed out again after it stopped this worker's process too often is given up."""
+    from nbformat import from_dict
+
+    counter = f"ctc:deliveries:{task.request.id}"
+    client = task.app.backend.client
+    deliveries = client.incr(counter)
+    client.expire(counter, 7 * 86400)
+    if deliveries > MAX_ATTEMPTS:
+        return {"error": f"this submission stopped a worker's process {deliveries - 1} times; "
+                         "not graded", "worker": socket.gethostname()}
+
+    plan = tuple(Exercise(e["name"], 0.0, [Check(x, None, 0.0, 0.0, False)
+                                            for x in e["expressions"]])
+                 for e in payload["exercises"])
+    limits = Limits(**payload["limits"])
+    with tempfile.TemporaryDirectory(prefix="ctc-worker-") as tmp:
+        files = []
+        for name, data in payload["files"].items():
+            path = Path(tmp) / Path(name).name
+            path.write_bytes(base64.b64decode(data))
+            files.append(path)
+        from grader.grading.execute import run_submission
+
+        try:
+            run = run_submission(from_dict(payload["notebook"]), files, plan, limits,
+                                 use_sandbox=True, raw=True)
+        except GradingError as error:
+            return {"error": str(error)[:2000], "worker": socket.gethostname()}
+    return {"notebook": text_safe(run.notebook), "replies": run.replies, "lost": run.lost,
+            "events": run.events, "seconds": run.seconds, "attempts": run.attempts,
+            "skipped": {str(index): why for index, why in run.skipped.items()},
+            "worker": socket.gethostname()}
+
+
+def worker(broker: str, concurrency: int, visibility_timeout: int) -> int:
+    """Run a worker until it is stopped (Ctrl-C, SIGTERM)."""
+    app = make_app(broker, visibility_timeout)
+    # A name of its own per worker, also beside others on one machine: the coordinator's look
+    # at what the workers hold keeps one answer per name, and would lose the others' tasks.
+    app.worker_main(["worker", "--loglevel=INFO", f"--concurrency={concurrency}",
+                     "--pool=prefork", f"--hostname=ctc-{os.getpid()}@%h",
+                     "--without-gossip", "--without-mingle"])
+    return 0
+
+
+# ------------------------------------------------------------------ the coordinator
+
+
+@dataclass
+class Sent:
+    """A submission on the queue: what was sent, under which task, how often."""
+
+    prepared: Prepared
+    payload: dict
+    attempt: int = 1
+    task_id: str = ""
+    lost_tasks: list[str] = field(default_factory=list)
+    sent_at: float = 0.0  # time.monotonic() when last sent
+
+
+def payload_for(prepared: Prepared, lesson: Lesson, limits: Limits) -> dict:
+    """What a worker needs: the sanitized notebook, the check expressions, the lesson's data
+    files and the limits. No expected value, no reference code."""
+    return {
+        "lesson": lesson.name, "student": prepared.student_id,
+        "notebook": prepared.notebook,
+        "exercises": [{"name": e.name, "expressions": [c.expression for c in e.checks]}
+                      for e in exercises(lesson)],
+        "files": {name: base64.b64encode((lesson.folder / name).read_bytes()).decode()
+                  for name in lesson.data_files},
+        "limits": asdict(limits),
+    }
+
+
+def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool,
+                 limits: Limits, use_sandbox: bool) -> Graded:
+    """Judge a worker's replies here. An exercise that failed only through an earlier failed
+    exercise it builds on is judged again with the course's version of that one: that run
+    happens here, in this machine's own sandbox, so that reference code never leaves it."""
+    if "error" in result:
+        return not_graded(prepared, f"grading error on a worker: {result['error']}")
+    events = list(result.get("events", []))
+    verdicts = {}
+    for exercise in exercises(lesson):
+        if exercise.name in result.get("lost", {}):
+            failure = Failure(str(result["lost"][exercise.name]))
+            verdicts[exercise.name] = judge(exercise, [failure] * len(exercise.checks), partial)
+            continue
+        bodies = result.get("replies", {}).get(exercise.name)
+        if bodies is None:
+            failure = Failure("not graded: the notebook did not get this far in time")
+            verdicts[exercise.name] = judge(exercise, [failure] * len(exercise.checks), partial)
+            continue
+        verdicts[exercise.name], more = verdict_from_replies(exercise, list(bodies), partial)
+        if more:
+            events.append(more)
+    plan = {e.name: e for e in exercises(lesson)}
+    if any(v.points < plan[name].points and any(verdicts[d].points < plan[d].points
+                                                for d in plan[name].depends)
+           and not unattempted(prepared.notebook, plan[name])
+           for name, v in verdicts.items()):
+        # Judged again here, in this machine's sandbox: the course's code stays here.
+        try:
+            skipped = {int(index): str(why) for index, why in result["skipped"].items()}
+            seconds = float(result.get("seconds", 0))
+        except (KeyError, TypeError, ValueError, AttributeError):  # an older worker's result
+            return run_prepared(prepared, lesson, limits, use_sandbox, partial)
+        files = [lesson.folder / name for name in lesson.data_files]
+        try:
+            verdicts, more_events = judge_again(prepared.notebook, files, exercises(lesson),
+                                                limits, use_sandbox, partial, verdicts, skipped,
+                                                seconds)
+        except GradingError as error:
+            return not_graded(prepared, f"grading error: {error}")
+        events += [e for e in more_events if e not in events]
+    from nbformat import from_dict
+
+    run = Run(from_dict(result["notebook"]), verdicts, events, float(result.get("seconds", 0)),
+              int(result.get("attempts", 1)))
+    return finish(prepared, run, lesson)
+
+
+def task_id(lesson: Lesson, sent: Sent) -> str:
+    """A task id of its own per try: a result is never taken from another batch or course."""
+    return f"ctc-{lesson.name}-{sent.prepared.student_id}-{uuid.uuid4().hex[:16]}"
+
+
+def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limits: Limits,
+                     partial: bool, use_sandbox: bool, done: Callable[[Graded], None],
+                     log: Callable[[str], None], judges: int = 1) -> None:
+    """Send every prepared submission to the queue and judge each result as it arrives, calling
+    ``done`` once per student, from this thread. Up to ``judges`` results are judged at once (a
+    judgement may run kernels here, to judge exercises again with the course's code). A thread
+    asks the live workers every few seconds what they hold and reads the queue; a submission in
+    neither (its worker died) is sent again."""
+    waiting: dict[str, Sent] = {}
+    broker = _Outage(app, log)
+    for item in prepared:
+        sent = Sent(item, payload_for(item, lesson, limits))
+        broker.patiently(lambda sent=sent: _send(app, lesson, sent, log))
+        waiting[sent.task_id] = sent
+
+    def again(sent: Sent, why: str, given_up: Callable[[int], str]) -> None:
+        """Send a lost submission again, or give it up after MAX_ATTEMPTS tries."""
+        sent.lost_tasks.append(sent.task_id)
+        if len(sent.lost_tasks) >= MAX_ATTEMPTS:
+            done(Graded(sent.prepared.student_id, "needs_review",
+                        [given_up(len(sent.lost_tasks))]))
+            return
+        log(f"{sent.prepared.student_id}: {why}; sending it again")
+        sent.attempt += 1
+        broker.patiently(lambda: _send(app, lesson, sent, log))
+        waiting[sent.task_id] = sent
+
+    def judged(future: Future, sent: Sent) -> Graded:
+        try:
+            return future.result()
+        except Exception as error:  # a bug of ours must not stop the batch
+            return Graded(sent.prepared.student_id, "needs_review",
+                          [f"grading error: {type(error).__name__}: {error}"[:500]])
+
+    missing: dict[str, int] = {}
+    judging: dict[Future, Sent] = {}
+    watch = _Watch(app)
+    watch.start()
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, judges)) as pool:
+            while waiting or judging:
+                time.sleep(0.3)
+                for future in [f for f in judging if f.done()]:
+                    done(judged(future, judging.pop(future)))
+                if not broker.answers():
+                    continue  # the broker is away: wait for it (within a bound), then look
+                try:  # the broker may go away mid-look: the next turn waits for it
+                    if broker.recovered:  # what it held may be gone with it: send it again
+                        for task in list(waiting):
+                            if app.AsyncResult(task).state != "SUCCESS":
+                                sent = waiting.pop(task)
+                                broker.patiently(lambda sent=sent: _send(app, lesson, sent,
+                                                                         log))
+                                waiting[sent.task_id] = sent
+                                missing.pop(task, None)
+                        broker.recovered = False
+                    for task, sent in list(waiting.items()):
+                        result = app.AsyncResult(task)
+                        state = result.state
+                        if state == "SUCCESS":
+                            reply = result.get(timeout=30)
+                            del waiting[task]
+                            judging[pool.submit(judge_result, sent.prepared, reply, lesson,
+                                                partial, limits, use_sandbox)] = sent
+                        elif state == "FAILURE":  # the worker's process died under it, say
+                            failure = str(result.result)[:200]
+                            again(waiting.pop(task), f"a worker failed on it ({failure})",
+                                  lambda n, failure=failure: f"it stopped a worker's process {n} "
+                                                             f"times ({failure}); not graded")
+                    for started, accounted in watch.looks():
+                        for task in list(waiting):
+                            if waiting[task].sent_at >= started:  # sent after the look began
+                                continue
+                            missing[task] = 0 if task in accounted else missing.get(task, 0) + 1
+                            if (missing[task] < MISSED_LOOKS
+                                    or app.AsyncResult(task).state == "SUCCESS"):
+                                continue
+                            app.control.revoke(task)
+                            again(waiting.pop(task), "the worker running it stopped answering",
+                                  lambda n: f"its grading was lost with {n} workers; not graded")
+                except Exception as error:
+                    if not is_broker_error(error):
+                        raise
+    finally:
+        watch.stop()
+
+
+class _Outage:
+    """The broker's absences, as the coordinator meets them: each is waited out for up to
+    grader/faults.WAIT_SECONDS (a restarted Redis is back in seconds, and the workers wait
+    too), saying so once; a longer one stops the batch with ``Unavailable``. Results lost with
+    a broker that kept no data are found by the watch on the workers and sent again."""
+
+    def __init__(self, app: Celery, log: Callable[[str], None]):
+        self.app, self.log = app, log
+        self.since: float | None = None
+        self.recovered = False  # back after an absence, until the coordinator has looked
+        self.where = _broker_name(app)
+
+    def answers(self) -> bool:
+        """Whether the broker answers now; ``Unavailable`` once it has been away too long."""
+        try:
+            self.app.backend.client.ping()
+        except Exception as error:
+            if not is_broker_error(error):
+                raise
+            now = time.monotonic()
+            if self.since is None:
+                self.since = now
+                self.log(f"the broker ({self.where}) is not answering ({describe(error)}); "
+                         f"waiting for it for up to {WAIT_SECONDS:.0f} s")
+            elif now - self.since > WAIT_SECONDS:
+                raise Unavailable(f"the broker ({self.where})", describe(error)) from error
+            time.sleep(1.0)
+            return False
+        if self.since is not None:
+            self.log(f"the broker ({self.where}) answers again")
+            self.since, self.recovered = None, True
+        return True
+
+    def patiently(self, action: Callable[[], object]) -> None:
+        """``action()`` (a call to the broker), waiting out an absence of the broker."""
+        while True:
+            try:
+                action()
+                return
+            except Exception as error:
+                if not is_broker_error(error):
+                    raise
+                self.answers()  # waits, or raises Unavailable
+
+
+def _broker_name(app: Celery) -> str:
+    """The broker's address without a password."""
+    try:
+        from kombu.utils.url import maybe_sanitize_url
+
+        return maybe_sanitize_url(app.conf.broker_url)
+    except Exception:
+        return "Redis"
+
+
+class _Watch(threading.Thread):
+    """Every LOOK_SECONDS, which tasks the queue lists or a live worker holds, away from the
+    coordinator's loop: asking the workers waits out a whole timeout for their answers."""
+
+    def __init__(self, app: Celery):
+        super().__init__(daemon=True, name="ctc-watch")
+        self.app, self.stopping = app, threading.Event()
+        self._looks: queue.SimpleQueue[tuple[float, set[str]]] = queue.SimpleQueue()
+
+    def run(self) -> None:
+        while not self.stopping.wait(LOOK_SECONDS):
+            started = time.monotonic()
+            try:
+                self._looks.put((started, _accounted_for(self.app)))
+            except Exception:  # the broker did not answer: no look this time
+                continue
+
+    def looks(self) -> list[tuple[float, set[str]]]:
+        """The looks finished since the last call: (when each began, the task ids it found)."""
+        found = []
+        while not self._looks.empty():
+            found.append(self._looks.get())
+        return found
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=10)
+
+
+def _accounted_for(app: Celery) -> set[str]:
+    """The task ids on the queue or held by a worker that answers: a submission whose task is
+    in neither was taken by a worker that died."""
+    found: set[str] = set()
+    inspect = app.control.inspect(timeout=1.0)
+    for method in (inspect.active, inspect.reserved, inspect.scheduled):
+        for tasks in (method() or {}).values():
+            for task in tasks:
+                found.add(task.get("id") or task.get("request", {}).get("id", ""))
+    client = app.backend.client
+    for raw in client.lrange(app.conf.task_default_queue or "celery", 0, -1):
+        try:
+            found.add(json.loads(raw)["headers"]["id"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def _send(app: Celery, lesson: Lesson, sent: Sent, log: Callable[[str], None]) -> None:
+    """Queue ``sent`` under a new task id."""
+    sent.task_id = task_id(lesson, sent)
+    sent.sent_at = time.monotonic()
+    app.send_task(TASK, args=[sent.payload], task_id=sent.task_id)

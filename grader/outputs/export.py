@@ -1,0 +1,176 @@
+"""``python -m grader export``: grades as a CSV of our own, or as an LMS's grade import file.
+
+- ``csv``: one row per student and lesson: ``student_id, lesson, score, max_score, status,
+  reason, name, late, from, lms_id`` (``lms_id``: the LMS's own id where it could not be the
+  gradebook's), then ``computed_score, review, review_note, reviewed_by`` (the grader's own
+  score and the review decisions in force: grader/gradebook/review.py) and a column per exercise,
+  ``LESSON/EXERCISE``, then the late policy's ``raw_score, late_penalty, final_score,
+  submitted_at, time_source, due, late_note`` (grader/gradebook/deadlines.py; ``score`` is the final
+  score, after review and penalty, and so is what the LMS exports write).
+  ``export_per_exercise``: one row per student, lesson and exercise.
+- ``canvas``, ``moodle``, ``moodle-worksheet``: the files each LMS's own grade import reads
+  back (grader/outputs/lms_export.py): a file per lesson, a row per student with a score, never a
+  blank cell (both importers read a blank as "remove the grade").
+
+Every cell a student controls (an id, a name, a reason quoting a file name) is written so that
+no spreadsheet runs it as a formula (grader/common/text.py).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from grader.common.errors import CourseError
+from grader.common.text import display, inert, student_cell
+from grader.gradebook.coursedir import CourseDir
+from grader.intake.rosters import read_assignments, read_rosters
+
+KINDS = ("csv", "canvas", "moodle", "moodle-worksheet")
+
+
+# Appended after the exercise columns (grader/gradebook/deadlines.py): the score review left, the
+# points
+# the late policy took, the final score (= score), and what the penalty was computed from.
+LATE_COLUMNS = ("raw_score", "late_penalty", "final_score", "submitted_at", "time_source",
+                "due", "late_note")
+
+
+def late_cells(row: dict) -> list:
+    if row.get("score") is None:  # on the roster, no submission
+        return ["", "", "", "", "", "", ""]
+    return [float(row.get("raw_score", row["score"])), float(row.get("late_penalty", 0.0)),
+            float(row["score"]), row.get("submitted_at", ""),
+            display(str(row.get("time_source", ""))), row.get("due", ""),
+            display(str(row.get("late_note", "")))]
+
+
+def exercise_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """(lesson, exercise) of every exercise graded, lessons in order, exercises in the
+    notebook's order."""
+    seen: dict[tuple[str, str], None] = {}
+    for row in sorted(rows, key=lambda r: str(r["lesson"])):
+        for name in row.get("exercises") or {}:
+            seen.setdefault((str(row["lesson"]), name), None)
+    return list(seen)
+
+
+def export_per_exercise(course: CourseDir, path: Path) -> int:
+    """One row per student, lesson and exercise: the score (after review), the grader's,
+    whether it was set in review and why, and the checks that passed. Returns the rows
+    written."""
+    from grader.gradebook.decisions import states
+
+    rows = course.grades()
+    statuses = course.statuses()
+    decisions = states(course.db_url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "lesson", "exercise", "score", "max_score",
+                         "computed_score", "status", "overridden", "review_note",
+                         "checks_passed", "checks_total"])
+        for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
+            lesson, student = str(row["lesson"]), str(row["student_id"])
+            ran = statuses.get(lesson, {}).get(student, {}).get("exercises", {})
+            state = decisions.get((lesson, student))
+            for name, result in (row.get("exercises") or {}).items():
+                decision = state.overrides.get(name) if state else None
+                checks = ran.get(name, {})
+                writer.writerow([student_cell(student), lesson, name, float(result["score"]),
+                                 float(result["max_score"]), float(result["computed"]),
+                                 row["status"], "set" if decision else "",
+                                 display(decision.note) if decision else "",
+                                 checks.get("passed", ""), checks.get("total", "")])
+                written += 1
+    course.log(f"wrote {written} exercise grade(s) of {len(rows)} submission(s) to {path} "
+               "(scores in raw points)")
+    return written
+
+
+def export(course: CourseDir, path: Path, kind: str = "csv",
+           roster_path: Path | list[Path] | None = None,
+           assignments_path: Path | None = None, include_flagged: bool = False,
+           lesson: str | None = None) -> int:
+    """Write the grades to ``path`` as ``kind`` (of ``lesson`` alone where given); return the
+    number of students written. ``roster_path``: one roster or several (merged)."""
+    if kind not in KINDS:
+        raise CourseError(f"unknown export format {kind!r}: {', '.join(KINDS)}")
+    rows = course.grades()
+    if lesson is not None:
+        rows = [r for r in rows if r["lesson"] == lesson]
+        if not rows:
+            raise CourseError(f"no grades for {lesson} yet: run `python -m grader autograde "
+                              f"{lesson} SUBMISSIONS` first")
+    if isinstance(roster_path, Path):
+        roster_path = [roster_path]
+    if kind == "moodle-worksheet":
+        from grader.outputs.lms_export import write_worksheet
+
+        return write_worksheet(course, path, rows, roster_path or [], include_flagged)
+    if kind == "moodle" and not roster_path:
+        raise CourseError(
+            "Moodle's grade import finds each student by a Moodle identifier (username, e-mail "
+            "or ID number), and its download gives only participant ids, which are not one: "
+            "give each lesson's grading worksheet (the assignment's View all submissions > "
+            "Download grading worksheet) with --roster FILE, or export --format "
+            "moodle-worksheet, which that worksheet takes back as it is")
+    roster = read_rosters(roster_path) if roster_path else None
+    assignments = read_assignments(assignments_path) if assignments_path else {}
+    if kind == "canvas" and not assignments:
+        raise CourseError(
+            "Canvas matches a column to an assignment by 'Title (id)', then by its exact title, "
+            "and makes a new assignment of any other: name each lesson's Canvas assignment in "
+            "a file given with --assignments FILE, e.g.\n  lesson,title,id,points\n"
+            "  01_float_formats,Float formats,4242,10\n(id: the number in the assignment's "
+            "address; points: its points possible, to scale the scores to; both may be blank)")
+    students = sorted({str(r["student_id"]) for r in rows})
+    lessons = sorted({str(r["lesson"]) for r in rows})
+    maxima = {str(r["lesson"]): float(r["max_score"]) for r in rows}
+    if roster is not None:
+        missing = sorted(set(roster) - set(students))
+        for student in missing:
+            for name in lessons:
+                rows.append({"student_id": student, "lesson": name, "score": None,
+                             "max_score": maxima[name], "status": "missing",
+                             "reason": "on the roster, no submission"})
+        if missing:
+            course.log(f"{len(missing)} student(s) on the roster have no submission (left "
+                       "out): " + inert(", ".join(missing), 500))
+        unknown = sorted(set(students) - set(roster))
+        if unknown:
+            course.log(f"{len(unknown)} graded student(s) are not on the roster: "
+                       + inert(", ".join(unknown), 500))
+        students = sorted(set(students) | set(roster))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind != "csv":
+        from grader.outputs.lms_export import write_lms
+
+        return write_lms(course, path, kind, rows, students, lessons, maxima, roster or {},
+                         assignments, include_flagged)
+    columns = exercise_columns(rows)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "lesson", "score", "max_score", "status", "reason",
+                         "name", "late", "from", "lms_id", "computed_score", "review",
+                         "review_note", "reviewed_by",
+                         *(f"{lesson}/{name}" for lesson, name in columns), *LATE_COLUMNS])
+        for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
+            score = "" if row["score"] is None else float(row["score"])
+            computed = row.get("computed_score")
+            per = row.get("exercises") or {}
+            writer.writerow([student_cell(row["student_id"]), row["lesson"], score,
+                             float(row["max_score"]), row["status"],
+                             display(row.get("reason", "")), display(row.get("name", "")),
+                             "late" if row.get("late") else "", row.get("from", ""),
+                             display(row.get("lms_id", "")),
+                             "" if computed is None else float(computed),
+                             display(row.get("review", "")), display(row.get("review_note", "")),
+                             display(row.get("reviewed_by", "")),
+                             *(float(per[name]["score"]) if lesson == row["lesson"]
+                               and name in per else "" for lesson, name in columns),
+                             *late_cells(row)])
+    course.log(f"wrote {len(students)} student(s), {len(lessons)} lesson(s) to {path} "
+               "(scores in raw points)")
+    return len(students)

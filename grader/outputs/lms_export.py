@@ -1,0 +1,324 @@
+"""Grades and feedback back into an LMS, in the files its own importers read.
+
+What each importer does with a file decides what is written (the sources are cited; the tests
+read our files with models of them):
+
+- Canvas, Grades > Import (``lib/gradebook_importer.rb``): columns ``Student, ID, SIS User ID,
+  SIS Login ID, Section``, then an assignment column headed ``Title (id)`` (matched by that id,
+  then by its exact title; any other makes a new assignment), an optional ``Points Possible``
+  row, a row per student (matched by ID, SIS User ID, SIS Login ID, then name). A blank cell is
+  a change to "no grade": it would remove a score or an excusal entered by hand.
+- Moodle, Grades > Import > CSV file (``grade/import/csv``): one identifier column mapped to a
+  user field (``Username``, ``Email address`` or ``ID number``), a column per grade item. An
+  unknown user aborts the whole import; a blank grade is imported as "no grade", erasing one.
+- Moodle's assignment, "Upload grading worksheet" (``mod/assign/feedback/offline``,
+  ``process_import_grades``): the worksheet Moodle gave (``Identifier`` "Participant N",
+  ``Grade``, ``Maximum Grade``, ``Last modified (grade)``, which must all be there). A row's
+  grade is skipped when blank, unchanged, above the maximum, or when the grade in Moodle
+  changed after the worksheet was downloaded; its feedback columns are imported too, so we
+  leave them out.
+- Canvas, the assignment's "Re-Upload Submissions" (``Assignment#generate_comments_from_files``
+  and ``infer_comment_context_from_filename``): a zip of files named as "Download Submissions"
+  named them; the first two all-digit parts of a name (split at "_") are the user id and the
+  id of one of that user's submitted files, and each file becomes a comment on the student's
+  submission, "See attached file", shown under the name of the file it answers.
+
+So: a file per lesson, and only rows and cells with a score: a student with nothing to write
+is left out (and listed in ``NAME-not-exported.csv``), never written blank. Only identifiers
+the LMS gave are written, exactly; one a spreadsheet would run as a formula is listed instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import zipfile
+from pathlib import Path
+
+from grader.common.errors import CourseError
+from grader.common.text import FORMULA_START, display, inert, student_cell
+from grader.intake.rosters import PARTICIPANT, Assignment
+
+MOODLE_IDS = {"username": "Username", "email": "Email address", "id_number": "ID number"}
+WORKSHEET_NEEDS = ("Identifier", "Grade", "Maximum Grade", "Last modified (grade)")
+# The worksheet's columns Moodle writes itself, copied as they are; the others (names, e-mail)
+# are shown quoted where a spreadsheet would run them.
+WORKSHEET_MOODLE = {"Identifier", "Status", "Grade", "Maximum Grade", "Grade can be changed",
+                    "Last modified (submission)", "Last modified (grade)"}
+
+
+def points_text(value: float) -> str:
+    """A score as the LMS reads it: at most two decimals, no trailing zeros."""
+    return f"{round(value, 2):.2f}".rstrip("0").rstrip(".")
+
+
+def unsafe_identifier(value: str) -> str:
+    """Why an identifier cannot be written as it is, or ''."""
+    if value.startswith(FORMULA_START):
+        return f"its identifier {inert(value, 60)!r} would be read as a formula"
+    if inert(value, 1000) != value:
+        return "its identifier holds control characters"
+    return ""
+
+
+def lesson_file(path: Path, lesson: str, lessons: int) -> Path:
+    """Where one lesson's import file goes: ``path`` itself for one lesson, else
+    ``<stem>-<lesson><suffix>`` beside it."""
+    return path if lessons == 1 else path.with_name(f"{path.stem}-{lesson}{path.suffix}")
+
+
+def _held_file(path: Path, held: list[list[str]]) -> Path:
+    target = path.with_name(f"{path.stem}-not-exported.csv")
+    with target.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "name", "lesson", "status", "why"])
+        writer.writerows([[student_cell(row[0]), *(display(v) for v in row[1:])]
+                          for row in held])
+    return target
+
+
+def _held_summary(held: list[list[str]], where: Path, include_flagged: bool) -> str:
+    kinds: dict[str, int] = {}
+    for row in held:
+        kinds[row[3]] = kinds.get(row[3], 0) + 1
+    return (f"left out: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))} (listed in "
+            f"{where})" + ("" if include_flagged or "needs_review" not in kinds else
+                           "; --include-flagged writes the computed scores of needs_review "
+                           "submissions"))
+
+
+def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[str],
+              lessons: list[str], maxima: dict[str, float], roster: dict[str, dict[str, str]],
+              assignments: dict[str, Assignment], include_flagged: bool) -> int:
+    """Canvas's or Moodle's grade import file of each lesson; the number of people written."""
+    by_cell = {(str(r["student_id"]), str(r["lesson"])): r for r in rows}
+    held: list[list[str]] = []  # student, name, lesson, status, why
+    if assignments:
+        left_out = [x for x in lessons if x not in assignments]
+        if left_out:
+            course.log(f"not in the assignments file, so left out: {', '.join(left_out)}")
+        unused = sorted(set(assignments) - set(lessons))
+        if unused:
+            course.log(f"no grades yet for {', '.join(unused)}: not written")
+        lessons = [x for x in lessons if x in assignments]
+    if not lessons:
+        raise CourseError("no lesson to write: none of the graded lessons is in the "
+                          "assignments file")
+    columns = [assignments[x] if x in assignments else Assignment(x, x) for x in lessons]
+    origin = {str(r["student_id"]): r for r in rows if r.get("from")}
+
+    def known(student: str) -> dict[str, str]:
+        found = dict(roster.get(student, {}))
+        came = origin.get(student, {})
+        if came.get("from") == "canvas" and not found.get("lms_id") \
+                and not student.startswith("anon_"):
+            found["lms_id"] = student  # the user id in Canvas's own download
+        found["name"] = found.get("name") or came.get("name", "")
+        found["email"] = found.get("email") or came.get("email", "")
+        return found
+
+    def score(student: str, lesson: str, name: str) -> str | None:
+        """The cell to write, or None (and the reason kept) where there is nothing to write."""
+        row = by_cell.get((student, lesson))
+        status = row["status"] if row else "missing"
+        if row is None or row["score"] is None or status == "missing":
+            held.append([student, name, lesson, "missing", "no submission"])
+            return None
+        if status == "invalid" or (status != "graded" and not include_flagged):
+            held.append([student, name, lesson, status, str(row.get("reason", ""))])
+            return None
+        value, possible = float(row["score"]), maxima[lesson]
+        target = assignments.get(lesson)
+        if target is not None and target.points is not None and possible > 0:
+            value = value / possible * target.points
+        return points_text(value)
+
+    if kind == "canvas":
+        id_fields, matched = ("lms_id", "sis_user_id", "sis_login_id"), \
+            "ID, SIS User ID or SIS Login ID"
+    else:
+        counts = {f: sum(bool(known(s).get(f)) for s in students) for f in MOODLE_IDS}
+        field = max(MOODLE_IDS, key=lambda f: counts[f])  # ties: the order of MOODLE_IDS
+        id_fields, matched = (field,), MOODLE_IDS[field]
+    people: dict[tuple[str, ...], list[str]] = {}  # the LMS's identifiers -> our students
+    for student in students:
+        ids = known(student)
+        given = tuple(ids.get(f, "") for f in id_fields)
+        problem = next((unsafe_identifier(v) for v in given if unsafe_identifier(v)), "")
+        if not any(given) or problem:
+            why = problem or (
+                "anonymous grading: Canvas's download gives no user id; add it to the roster"
+                if student.startswith("anon_") and kind == "canvas"
+                else f"no identifier from the LMS ({matched}): add it to the roster")
+            held.extend([student, ids.get("name", ""), x, "not written", why] for x in lessons)
+            continue
+        people.setdefault(given, []).append(student)
+    written: set[tuple[str, ...]] = set()
+    files = []
+    for column in columns:
+        lesson = column.lesson
+        if kind == "canvas":
+            lines = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
+                      column.canvas_header]]
+            if column.points is not None:  # else Canvas's own points possible stand
+                lines.append(["Points Possible", "", "", "", "", points_text(column.points)])
+        else:
+            lines = [[MOODLE_IDS[id_fields[0]], "Full name", column.title]]
+        first = len(lines)
+        for given, ours in people.items():
+            name = next((known(s)["name"] for s in ours if known(s).get("name")), "")
+            having = [s for s in ours if by_cell.get((s, lesson), {}).get("status", "missing")
+                      != "missing"]
+            if len(having) > 1:  # one person, two hand-ins of one lesson: the instructor decides
+                held.extend([s, name, lesson, "not written", "the LMS knows these as one "
+                             "student: " + ", ".join(having)] for s in having)
+                continue
+            cell = score(having[0] if having else ours[0], lesson, name)
+            if cell is None:
+                continue
+            section = display(known(ours[0]).get("section", ""))
+            lines.append([display(name or ours[0]), *given, section, cell] if kind == "canvas"
+                         else [*given, display(name), cell])
+            written.add(given)
+        target = lesson_file(path, lesson, len(columns))
+        if len(lines) == first:
+            course.log(f"{lesson}: no student has a score to write, so no file")
+            continue
+        with target.open("w", newline="", encoding="utf-8") as handle:
+            csv.writer(handle).writerows(lines)
+        files.append((target, len(lines) - first))
+    held_path = _held_file(path, held)
+    if not files:
+        raise CourseError(f"nothing written: no student has both a score and an identifier "
+                          f"{'Canvas' if kind == 'canvas' else 'Moodle'} knows. "
+                          + _held_summary(held, held_path, include_flagged))
+    scaled = [c.lesson for c in columns if c.points is not None]
+    course.log(f"wrote {len(written)} student(s) ({kind}), a file per lesson: "
+               + ", ".join(f"{target} ({n})" for target, n in files) + "; "
+               + (f"scores scaled to the LMS's points for {', '.join(scaled)}, raw points for "
+                  "the rest" if scaled else "scores in raw points (give points in the "
+                  "assignments file to scale them)"))
+    if kind == "moodle":
+        course.log(f"in Moodle's import form, map {matched!r} to the user field of that name "
+                   "and the lesson's column to its grade item")
+    else:
+        course.log("in Canvas, Grades > Import each file: Canvas shows every change first")
+    if held:
+        course.log(_held_summary(held, held_path, include_flagged))
+    return len(written)
+
+
+def write_worksheet(course, path: Path, rows: list[dict], rosters: list[Path],
+                    include_flagged: bool) -> int:
+    """The lesson's Moodle grading worksheet, as Moodle gave it, with the grade of each
+    participant who has one: for the assignment's own "Upload grading worksheet". Only the
+    rows with a grade to write, and only the columns Moodle's importer reads and Moodle wrote
+    (its feedback columns would be imported too); scores scaled to the worksheet's ``Maximum
+    Grade``. Returns the participants written."""
+    lessons = sorted({str(r["lesson"]) for r in rows})
+    if len(rosters) != 1 or len(lessons) != 1:
+        raise CourseError("--format moodle-worksheet fills in one lesson's grading worksheet: "
+                          "give that worksheet (the assignment's View all submissions > "
+                          "Download grading worksheet, as it comes) with --roster FILE, once, "
+                          "and the lesson with --lesson LESSON"
+                          + (f" (graded: {', '.join(lessons)})" if len(lessons) > 1 else ""))
+    (lesson,), (source,) = lessons, rosters
+    try:
+        with source.open(newline="", encoding="utf-8-sig") as handle:
+            table = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise CourseError(f"cannot read the grading worksheet {source}: {error}") from None
+    header = [c.strip() for c in table[0]] if table else []
+    missing = [c for c in WORKSHEET_NEEDS if c not in header]
+    if missing:
+        raise CourseError(f"{source} is not Moodle's grading worksheet as it comes: it lacks "
+                          f"{', '.join(missing)} (download it with your Moodle language set to "
+                          "English: the importer looks for these headings)")
+    last = header.index("Last modified (submission)") if "Last modified (submission)" in \
+        header else header.index("Maximum Grade")
+    kept = [i for i, name in enumerate(header) if i <= last or name == "Last modified (grade)"]
+    by_student = {str(r["student_id"]): r for r in rows}
+    held: list[list[str]] = []
+    lines, seen = [[header[i] for i in kept]], set()
+    for line in table[1:]:
+        cells = dict(zip(header, line, strict=False))
+        found = PARTICIPANT.fullmatch(cells.get("Identifier", ""))
+        if found is None:
+            continue
+        student, name = found[1], cells.get("Full name", "")
+        seen.add(student)
+        row = by_student.get(student)
+        status = row["status"] if row else "missing"
+        why = ("no submission graded" if row is None or row["score"] is None
+               else "" if status == "graded" or (status == "needs_review" and include_flagged)
+               else str(row.get("reason", "")) or status)
+        if not why and cells.get("Grade can be changed", "").strip().lower() == "no":
+            status, why = "not written", "Moodle locks this grade (Grade can be changed: No)"
+        try:
+            maximum = float(cells.get("Maximum Grade", "").strip())
+        except ValueError:
+            maximum = float("nan")
+        if not why and not maximum > 0:
+            status, why = "not written", "the worksheet's Maximum Grade is no number of points " \
+                "(a scale): enter it by hand"
+        if why:
+            held.append([student, name, lesson, status, why])
+            continue
+        possible = float(row["max_score"])
+        cells["Grade"] = points_text(float(row["score"]) / possible * maximum if possible > 0
+                                     else 0.0)
+        lines.append([cells.get(header[i], "") if header[i] in WORKSHEET_MOODLE
+                      else display(cells.get(header[i], "")) for i in kept])
+    for student in sorted(set(by_student) - seen):
+        held.append([student, str(by_student[student].get("name", "")), lesson, "not written",
+                     "not in the worksheet (another assignment's participant id?)"])
+    held_path = _held_file(path, held)
+    if len(lines) == 1:
+        raise CourseError(f"nothing written: no participant of {source} has a grade to write. "
+                          + _held_summary(held, held_path, include_flagged))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(lines)
+    course.log(f"wrote {len(lines) - 1} participant(s) of {lesson} to {path}, Moodle's grading "
+               "worksheet with its Grade filled in (scaled to its Maximum Grade): in the "
+               "assignment, View all submissions > Grading action > Upload grading worksheet")
+    if held:
+        course.log(_held_summary(held, held_path, include_flagged))
+    return len(lines) - 1
+
+
+def canvas_reupload_zip(target: Path, pages: list[tuple[str, Path, dict]]) -> list[str]:
+    """Canvas's "Re-Upload Submissions" zip of the feedback pages: each named
+    ``<download name>_<attachment id>_<page>``, as Canvas's re-upload reads a name (the first
+    two all-digit parts: the user id, then the id of the file it answers). ``pages``: (student,
+    page, hand-in record). Returns why each student left out was (anonymous grading, a text
+    submission, a name Canvas would read as another user's)."""
+    skipped = []
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for student, page, handin in pages:
+            prefix, file_id = str(handin.get("download_name", "")), str(handin.get("file_id", ""))
+            name = f"{prefix}_{file_id}_{page.name}"
+            digits = [part for part in name.split("_") if re.fullmatch(r"[0-9]+", part)][:2]
+            why = ("anonymous grading: Canvas's re-upload finds a student by user id"
+                   if student.startswith("anon_")
+                   else "no file of theirs was graded (a text or URL submission)"
+                   if not file_id.isdigit()
+                   else "their download name cannot be a file name"
+                   if not _one_component(prefix)
+                   else "Canvas would read the name as another user's (a name ending in "
+                        "_<digits>)" if digits != [student, file_id] else "")
+            if why:
+                skipped.append(f"{inert(student, 60)}: {why}")
+            else:
+                archive.write(page, name)
+    return skipped
+
+
+def _one_component(name: str) -> bool:
+    """Whether a name the download gave can name a file here and in a zip."""
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False
+    return 0 < size <= 200 and name not in (".", "..") and "/" not in name and "\\" not in name \
+        and inert(name, 1000) == name and not name.startswith(".")

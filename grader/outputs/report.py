@@ -1,0 +1,178 @@
+"""``python -m grader report LESSON``: how a class did, and which submissions need a look."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from pathlib import Path
+
+from grader.common.errors import CourseError
+from grader.common.text import display as _safe
+from grader.common.text import inert
+from grader.content.lessons import Lesson
+from grader.gradebook.coursedir import CourseDir
+
+
+def report(course: CourseDir, lesson: Lesson) -> Path:
+    """Write pass rates, a score histogram and the flagged submissions to reports/LESSON/."""
+    graded = course.statuses(lesson.name).get(lesson.name, {})
+    rows = [r for r in course.grades() if r["lesson"] == lesson.name]
+    if not rows:
+        raise CourseError(f"no grades for {lesson.name} yet: run `python -m grader autograde "
+                          f"{lesson.name} SUBMISSIONS` first")
+    folder = course.root / "reports" / lesson.name
+    folder.mkdir(parents=True, exist_ok=True)
+
+    exercises: dict[str, list[bool]] = {}
+    for record in graded.values():
+        for name, result in record.get("exercises", {}).items():
+            exercises.setdefault(name, []).append(result["points"] == result["max_points"])
+    lines = [f"{lesson.name}: {len(rows)} submission(s)", "",
+             f"{'exercise':<28} {'passed':>8} {'of':>4} {'rate':>7}"]
+    with (folder / "pass_rates.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["exercise", "passed", "graded", "pass_rate"])
+        for name, passes in exercises.items():
+            rate = sum(passes) / len(passes)
+            writer.writerow([name, sum(passes), len(passes), f"{rate:.3f}"])
+            lines.append(f"{name:<28} {sum(passes):>8} {len(passes):>4} {rate:>7.0%}")
+
+    lines += ["", *_per_exercise(rows, graded, folder / "exercises.csv")]
+
+    # Every submission the grader flagged, settled by a review decision or still open.
+    flagged = [(r["student_id"], r["computed_status"], r["reason"], r.get("review") or "open")
+               for r in rows if r["computed_status"] != "graded"]
+    with (folder / "flagged.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "status", "reason", "review"])
+        for student, status, reason, decided in flagged:
+            writer.writerow([_safe(student), status, _safe(reason), _safe(decided)])
+    still_open = sum(decided == "open" for *_, decided in flagged)
+    lines += ["", f"flagged: {len(flagged)} ({still_open} open; decide with `python -m grader "
+              f"review {lesson.name}`)"]
+    lines += [f"  {inert(student, 120)}: {status}: {inert(reason)} [{inert(decided)}]"
+              for student, status, reason, decided in flagged]
+    reviewed = [r for r in rows if r.get("review")]
+    lines += ["", f"reviewed: {len(reviewed)}"]
+    lines += [f"  {inert(r['student_id'], 120)}: {inert(r['review'])}; score {r['score']:g} "
+              f"(computed {r['computed_score']:g}) by {inert(r['reviewed_by'])}"
+              for r in reviewed]
+
+    # What the download said of each hand-in: who, from where, the LMS's late mark, and which
+    # attempt was graded or what was ignored beside the notebook.
+    with (folder / "handins.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "name", "from", "late", "status", "score", "remarks"])
+        for row in sorted(rows, key=lambda r: str(r["student_id"])):
+            writer.writerow([_safe(str(row["student_id"])), _safe(str(row.get("name", ""))),
+                             row.get("from", ""), "late" if row.get("late") else "",
+                             row["status"], float(row["score"]),
+                             _safe("; ".join(row.get("remarks", [])))])
+    late = [r for r in rows if r.get("late")]
+    lines += ["", f"marked late by the LMS: {len(late)}"]
+    lines += [f"  {_who(r)}" for r in late]
+
+    lines += ["", *_late(course, rows, folder / "late.csv")]
+
+    _histogram([float(r["score"]) for r in rows], float(rows[0]["max_score"]), lesson,
+               folder / "scores.png")
+    lines += ["", f"written: {folder}/pass_rates.csv, exercises.csv, scores.png, flagged.csv, "
+              "handins.csv, late.csv"]
+    course.log("\n".join(lines))
+    return folder
+
+
+def _per_exercise(rows: list[dict], graded: dict[str, dict], path: Path) -> list[str]:
+    """Per exercise: the distribution of its final scores (after review), its mean, and the
+    check that failed most often with its most common message (hidden checks are counted,
+    never named). Written to ``path``; returns the lines to print."""
+    lines = [f"{'exercise':<26} {'mean':>6} {'of':>4}  scores (points: submissions)"]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["exercise", "max_points", "submissions", "mean", "distribution",
+                         "full_marks", "most_failed_check", "failed", "most_common_message",
+                         "hidden_failed"])
+        names = list(dict.fromkeys(n for r in rows for n in (r.get("exercises") or {})))
+        for name in names:
+            scores = [float(r["exercises"][name]["score"]) for r in rows
+                      if name in (r.get("exercises") or {})]
+            maximum = next(float(r["exercises"][name]["max_score"]) for r in rows
+                           if name in (r.get("exercises") or {}))
+            counts = Counter(scores)
+            spread = " ".join(f"{points:g}:{counts[points]}" for points in sorted(counts))
+            failures = Counter()
+            messages: dict[str, Counter] = {}
+            hidden = 0
+            for record in graded.values():
+                result = record.get("exercises", {}).get(name, {})
+                hidden += bool(result.get("hidden_failed"))
+                for message in result.get("failures", []):
+                    check = message.split(": ", 1)[0]
+                    failures[check] += 1
+                    messages.setdefault(check, Counter())[message] += 1
+            check, times = failures.most_common(1)[0] if failures else ("", 0)
+            message = messages[check].most_common(1)[0][0] if check else ""
+            mean = sum(scores) / len(scores)
+            writer.writerow([name, maximum, len(scores), round(mean, 3), spread,
+                             sum(s == maximum for s in scores), _safe(check), times,
+                             _safe(message), hidden])
+            lines.append(f"{name:<26} {mean:>6.2f} {maximum:>4g}  {spread}")
+            if check:
+                lines.append(f"    most failed check ({times}x): {inert(message, 300)}")
+            if hidden:
+                lines.append(f"    hidden checks failed in {hidden} submission(s)")
+    return lines
+
+
+def _late(course: CourseDir, rows: list[dict], path: Path) -> list[str]:
+    """The late policy per submission: when it was handed in and how that is known, the due
+    time (after any extension), the score before and after the penalty. Returns the lines to
+    print; those with no known time are named (they pay no penalty)."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_id", "submitted_at", "time_source", "due", "raw_score",
+                         "late_penalty", "final_score", "note"])
+        for row in sorted(rows, key=lambda r: str(r["student_id"])):
+            writer.writerow([_safe(str(row["student_id"])), row.get("submitted_at", ""),
+                             _safe(str(row.get("time_source", ""))), row.get("due", ""),
+                             float(row.get("raw_score", row["score"])),
+                             float(row.get("late_penalty", 0.0)), float(row["score"]),
+                             _safe(str(row.get("late_note", "")))])
+    if course.deadlines() is None:
+        return [f"late policy: none (no deadlines file {course.deadlines_file})"]
+    penalised = [r for r in rows if r.get("late_penalty")]
+    unknown = [r for r in rows if r.get("due") and not r.get("submitted_at")
+               and not r.get("late_penalty")]
+    lines = [f"late policy: {len(penalised)} submission(s) penalised"]
+    lines += [f"  {_who(r)}: {inert(r.get('late_note', ''))}; "
+              f"{float(r['raw_score']):g} - {float(r['late_penalty']):g} = {float(r['score']):g}"
+              f" ({inert(r.get('time_source', ''))})" for r in penalised]
+    lines.append(f"no submission time known, so no penalty: {len(unknown)}"
+                 + (" (" + inert(", ".join(sorted(str(r["student_id"]) for r in unknown)), 400)
+                    + ")" if unknown else ""))
+    why = Counter(f"{r.get('time_source', '')}: {r.get('late_note', '')}" for r in unknown)
+    lines += [f"  {n}: {inert(text, 300)}" for text, n in why.most_common()]
+    return lines
+
+
+def _who(row: dict) -> str:
+    return inert(row["student_id"], 120) + (f" ({inert(row['name'], 120)})"
+                                            if row.get("name") else "")
+
+
+def _histogram(scores: list[float], max_score: float, lesson: Lesson, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 6))
+    bins = [b - 0.5 for b in range(int(max_score) + 2)]
+    ax.hist(scores, bins=bins, color="#56B4E9", edgecolor="black")
+    ax.set_xlabel(f"score (points, out of {max_score:g})", fontsize=14)
+    ax.set_ylabel("submissions", fontsize=14)
+    ax.set_title(f"{lesson.name}: scores of {len(scores)} submission(s)", fontsize=16)
+    ax.tick_params(labelsize=12)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,401 @@
+"""``python -m grader similarity LESSON``: pairs of submissions whose exercise code is alike.
+
+A hint for a human, never a verdict: the lessons' exercises are short functions with few
+correct forms, so two honest students can write the same lines. The report shows the shared
+fragments side by side for the instructor to judge.
+
+How code is compared (the winnowing of Schleimer, Wilkerson and Aiken, SIGMOD 2003, as MOSS
+and copydetect use it):
+
+- Each graded submission stored in ``submitted/STUDENT/LESSON/`` gives its exercise code: the
+  source of each answer cell (nbgrader ``solution`` cells, by their ``grade_id``). Demo and
+  scratch cells are left out.
+- Each exercise's code is tokenised and normalised by copydetect's ``filter_code`` (pygments'
+  Python lexer; names become ``V``/``F``/``O``, strings ``S``, comments and whitespace go), so
+  renaming variables or reflowing lines changes nothing. Its k-grams (``K`` characters of the
+  normalised code) are hashed and winnowed by copydetect's ``winnow`` (every run of
+  ``GUARANTEE`` characters shared by two submissions yields a shared fingerprint).
+- Fingerprints of the released starter code of that exercise are removed (copydetect's
+  "boilerplate"), and so are fingerprints found in more than ``ignore_common`` submissions
+  (MOSS's ``-m``: the obvious way to write a line that many students found is no evidence).
+- Exercise is compared with the same exercise only. For each pair, ``shared`` counts the
+  fingerprints both hold; each student's similarity is ``shared`` over their own
+  fingerprints. A pair is listed when the larger of the two reaches ``threshold`` and
+  ``shared`` reaches ``min_shared`` (a few lines: a one-line exercise alike proves nothing).
+- Notebooks with the same bytes (SHA-256) are listed outright, whatever their code, except
+  the released student version handed in untouched.
+
+copydetect (MIT) supplies the tokeniser, the winnowing and the mapping from fingerprints back
+to the original text. Its own ``hashed_kgrams`` uses Python's ``hash``, which changes with
+every process (PYTHONHASHSEED), so the same class would give slightly different figures on
+each run; the k-gram hash here is a fixed polynomial hash instead. Its ``CopyDetector`` reads
+files from disk and compares whole files; we compare exercise with exercise and write our own
+inert HTML (every piece of student text escaped, no script, a Content-Security-Policy that
+forbids any), like the feedback pages.
+
+Pairs are found through an index from each fingerprint to the submissions holding it, so the
+work grows with the pairs that share something, not with every pair: 300 submissions take
+seconds (``benchmarks/similarity_class.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import html
+import itertools
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import numpy as np
+
+from grader.common.errors import CourseError
+from grader.common.text import display, inert
+from grader.content.lessons import Lesson
+
+K = 25  # characters of normalised code in a k-gram (copydetect's noise threshold default)
+GUARANTEE = 30  # a shared run this long always yields a shared fingerprint (copydetect's)
+WINDOW = GUARANTEE - K + 1
+DEFAULT_THRESHOLD = 0.8
+DEFAULT_MIN_SHARED = 20
+DEFAULT_IGNORE_COMMON = 10
+MAX_CELL_CHARS = 200_000  # a longer answer cell is cut: the report is a hint, not an archive
+MAX_HTML_PAIRS = 200
+_BASE = np.uint64(1_000_003)
+
+
+@dataclass
+class Exercise:
+    """One exercise's code in one submission, fingerprinted."""
+
+    code: str
+    offsets: np.ndarray  # copydetect's map from normalised to original positions
+    where: dict[int, list[int]] = field(default_factory=dict)  # fingerprint -> k-gram starts
+
+    @property
+    def fingerprints(self) -> set[int]:
+        return set(self.where)
+
+
+@dataclass
+class Submission:
+    student_id: str
+    sha256: str
+    exercises: dict[str, Exercise]
+
+    @property
+    def size(self) -> int:
+        return sum(len(e.where) for e in self.exercises.values())
+
+
+@dataclass
+class Pair:
+    a: str
+    b: str
+    shared: int  # fingerprints both hold, summed over exercises
+    similarity_a: float  # shared / a's fingerprints
+    similarity_b: float
+    exercises: list[str]  # the exercises that share fingerprints, in the lesson's order
+
+    @property
+    def score(self) -> float:
+        return max(self.similarity_a, self.similarity_b)
+
+
+def kgram_hashes(text: str, k: int = K) -> np.ndarray:
+    """A polynomial hash (mod 2**64) of every k-character window of ``text``: the same in
+    every process, unlike Python's ``hash``."""
+    if len(text) < k:
+        return np.zeros(0, dtype=np.uint64)
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    count = len(codes) - k + 1
+    hashes = np.zeros(count, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(k):
+            hashes = hashes * _BASE + codes[j:j + count]
+    # 53 bits: copydetect's pure-Python winnowing compares hashes as floats, exact below 2**53
+    return (hashes & np.uint64(2**53 - 1)).astype(np.int64)
+
+
+def fingerprint(code: str, remove: set[int] = frozenset()) -> Exercise:
+    """Normalise, hash and winnow one exercise's code (copydetect's pipeline); fingerprints
+    in ``remove`` (the starter code's) are dropped."""
+    from copydetect.utils import filter_code, winnow
+
+    filtered, offsets = filter_code(code, "exercise.py", "python")
+    exercise = Exercise(code, offsets)
+    hashes = kgram_hashes(filtered)
+    if len(hashes) == 0:
+        return exercise
+    selected, positions = winnow(hashes, WINDOW, remove_duplicates=False)
+    for value, position in zip(selected.tolist(), positions.tolist(), strict=True):
+        if value not in remove:
+            exercise.where.setdefault(value, []).append(position)
+    return exercise
+
+
+def answer_cells(path: Path) -> dict[str, str]:
+    """Exercise -> the code of its answer cell(s) in a notebook (nbgrader ``solution`` cells,
+    by ``grade_id``); an unreadable notebook gives none."""
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except Exception:  # a hand-in is untrusted: anything unreadable has no code to compare
+        return {}
+    found: dict[str, str] = {}
+    for cell in notebook.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") != "code" or not isinstance(meta, dict) \
+                or meta.get("solution") is not True:
+            continue
+        name, source = str(meta.get("grade_id", "")), cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(str(s) for s in source)
+        if name and isinstance(source, str):
+            found[name] = (found.get(name, "") + "\n" + source)[:MAX_CELL_CHARS] \
+                if name in found else source[:MAX_CELL_CHARS]
+    return found
+
+
+def load(notebooks: dict[str, Path], starter: Path, ignore_common: int,
+         ) -> tuple[list[Submission], dict[str, set[int]], str]:
+    """Fingerprint every submission's answer to each of the lesson's exercises (the starter
+    notebook's answer cells: a ``grade_id`` a student made up is no exercise, and is never
+    shown); drop the starter code's fingerprints and those found in more than
+    ``ignore_common`` submissions (0: none dropped). Returns the submissions, the fingerprints
+    dropped as common per exercise, and the starter notebook's SHA-256."""
+    starter_code = answer_cells(starter)
+    removed = {name: set(fingerprint(code).where) for name, code in starter_code.items()}
+    submissions = []
+    for student, path in sorted(notebooks.items()):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        exercises = {name: fingerprint(code, removed.get(name, set()))
+                     for name, code in answer_cells(path).items() if name in starter_code}
+        submissions.append(Submission(student, digest, exercises))
+    common: dict[str, set[int]] = defaultdict(set)
+    if ignore_common > 0:
+        seen: Counter = Counter((name, value) for s in submissions
+                                for name, e in s.exercises.items() for value in e.where)
+        for (name, value), times in seen.items():
+            if times > ignore_common:
+                common[name].add(value)
+        for submission in submissions:
+            for name, exercise in submission.exercises.items():
+                for value in common.get(name, ()):
+                    exercise.where.pop(value, None)
+    return submissions, dict(common), hashlib.sha256(starter.read_bytes()).hexdigest()
+
+
+def compare(submissions: list[Submission], order: list[str]) -> list[Pair]:
+    """Every pair that shares a fingerprint, with its similarities (exercise with exercise)."""
+    holders: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for index, submission in enumerate(submissions):
+        for name, exercise in submission.exercises.items():
+            for value in exercise.where:
+                holders[(name, value)].append(index)
+    shared: Counter = Counter()
+    where: dict[tuple[int, int], set[str]] = defaultdict(set)
+    for (name, _), students in holders.items():
+        for pair in itertools.combinations(students, 2):
+            shared[pair] += 1
+            where[pair].add(name)
+    rank = {name: place for place, name in enumerate(order)}
+    pairs = []
+    for (i, j), count in shared.items():
+        a, b = submissions[i], submissions[j]
+        pairs.append(Pair(a.student_id, b.student_id, count, count / max(a.size, 1),
+                          count / max(b.size, 1),
+                          sorted(where[(i, j)], key=lambda n: (rank.get(n, len(rank)), n))))
+    return pairs
+
+
+def flagged_pairs(pairs: list[Pair], threshold: float, min_shared: int) -> list[Pair]:
+    found = [p for p in pairs if p.score >= threshold and p.shared >= min_shared]
+    return sorted(found, key=lambda p: (-p.score, -p.shared, p.a, p.b))
+
+
+def identical_groups(submissions: list[Submission], starter_sha256: str) -> list[list[str]]:
+    """Students whose notebooks have the same bytes, a group per notebook (the untouched
+    student version is no group)."""
+    by_digest: dict[str, list[str]] = defaultdict(list)
+    for submission in submissions:
+        if submission.sha256 != starter_sha256:
+            by_digest[submission.sha256].append(submission.student_id)
+    return sorted((sorted(g) for g in by_digest.values() if len(g) > 1), key=lambda g: g[0])
+
+
+# ------------------------------------------------------------------ the command
+
+def stored_notebooks(course, lesson: Lesson) -> dict[str, Path]:
+    """student -> their stored notebook, for every graded submission of ``lesson``."""
+    graded = course.statuses(lesson.name).get(lesson.name, {})
+    found = {}
+    for student, record in graded.items():
+        path = course.root / "submitted" / student / lesson.name / lesson.notebook.name
+        if record.get("status") != "invalid" and path.is_file() and not path.is_symlink():
+            found[student] = path
+    return found
+
+
+def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
+               min_shared: int = DEFAULT_MIN_SHARED,
+               ignore_common: int = DEFAULT_IGNORE_COMMON) -> Path:
+    """Compare every pair of graded submissions of ``lesson``; write reports/LESSON/
+    similarity.html and similarity.csv; print a summary."""
+    if not 0 < threshold <= 1:
+        raise CourseError(f"--threshold {threshold:g}: give a fraction above 0, at most 1")
+    if min_shared < 1 or ignore_common < 0:
+        raise CourseError("--min-shared must be at least 1 and --ignore-common at least 0")
+    started = time.perf_counter()
+    notebooks = stored_notebooks(course, lesson)
+    if len(notebooks) < 2:
+        raise CourseError(f"{len(notebooks)} graded submission(s) of {lesson.name}: nothing to "
+                          f"compare (grade them with `python -m grader autograde {lesson.name} "
+                          "SUBMISSIONS`)")
+    starter = course.root / "release" / lesson.name / lesson.notebook.name
+    if not starter.is_file():
+        course.release(lesson)
+    order = list(answer_cells(lesson.notebook))
+    submissions, common, starter_sha256 = load(notebooks, starter, ignore_common)
+    pairs = compare(submissions, order)
+    groups = identical_groups(submissions, starter_sha256)
+    same = {pair for group in groups for pair in itertools.combinations(group, 2)}
+    found = [p for p in flagged_pairs(pairs, threshold, min_shared)
+             if tuple(sorted((p.a, p.b))) not in same]  # listed once, as identical
+    seconds = time.perf_counter() - started
+    folder = course.root / "reports" / lesson.name
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = {"threshold": threshold, "min_shared": min_shared,
+                "ignore_common": ignore_common, "submissions": len(submissions),
+                "pairs": len(submissions) * (len(submissions) - 1) // 2,
+                "common": sum(len(v) for v in common.values()), "seconds": seconds}
+    by_student = {s.student_id: s for s in submissions}
+    names = {student: str((record.get("handin") or {}).get("name") or "")
+             for student, record in course.statuses(lesson.name).get(lesson.name, {}).items()}
+    _write_csv(folder / "similarity.csv", found, groups, names)
+    _write_html(folder / "similarity.html", lesson, found, groups, by_student, settings, names)
+
+    def who(student: str) -> str:
+        return inert(student, 60) + (f" ({inert(names[student], 60)})"
+                                     if names.get(student) else "")
+
+    lines = [f"{lesson.name}: compared {settings['pairs']:,} pairs of {len(submissions)} "
+             f"graded submissions in {seconds:.1f} s",
+             f"  identical notebooks (same SHA-256): {len(groups)} group(s)"]
+    lines += [f"    {inert(', '.join(who(s) for s in g), 400)}" for g in groups]
+    lines.append(f"  pairs at or above {threshold:.0%} similar (and {min_shared}+ shared "
+                 f"fingerprints): {len(found)}")
+    lines += [f"    {who(p.a)} ~ {who(p.b)}: {p.similarity_a:.0%} / "
+              f"{p.similarity_b:.0%} ({p.shared} shared; {inert(', '.join(p.exercises), 300)})"
+              for p in found[:20]]
+    if len(found) > 20:
+        lines.append(f"    and {len(found) - 20} more (see similarity.csv)")
+    lines += ["  These are hints for a human, not findings: short exercises have few correct "
+              "forms. Read the fragments side by side before drawing any conclusion.",
+              f"written: {folder}/similarity.html, similarity.csv"]
+    course.log("\n".join(lines))
+    return folder / "similarity.html"
+
+
+def _write_csv(path: Path, pairs: list[Pair], groups: list[list[str]],
+               names: dict[str, str]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["student_a", "student_b", "similarity_a", "similarity_b",
+                         "shared_fingerprints", "identical", "exercises", "name_a", "name_b"])
+        for group in groups:
+            for a, b in itertools.combinations(group, 2):
+                writer.writerow([display(a), display(b), 1.0, 1.0, "", "yes", "",
+                                 display(names.get(a, "")), display(names.get(b, ""))])
+        for p in pairs:
+            writer.writerow([display(p.a), display(p.b), round(p.similarity_a, 3),
+                             round(p.similarity_b, 3), p.shared, "",
+                             display(" ".join(p.exercises)), display(names.get(p.a, "")),
+                             display(names.get(p.b, ""))])
+
+
+def highlighted(exercise: Exercise, other: Exercise) -> str:
+    """``exercise``'s code as escaped HTML, the fragments it shares with ``other`` in
+    ``<mark>`` (copydetect maps the shared fingerprints back to the original text)."""
+    from copydetect.utils import get_copied_slices
+
+    code = exercise.code
+    starts = [p for value in exercise.fingerprints & other.fingerprints
+              for p in exercise.where[value]]
+    if not starts:
+        return html.escape(code)
+    slices = get_copied_slices(np.array(starts, dtype=np.int64), K).astype(np.int64)
+    if len(exercise.offsets) > 0:
+        slices = slices + exercise.offsets[:, 1][np.clip(
+            np.searchsorted(exercise.offsets[:, 0], slices), 0, exercise.offsets.shape[0] - 1)]
+    out, at = [], 0
+    for start, end in zip(slices[0].tolist(), slices[1].tolist(), strict=True):
+        start, end = max(start, at), min(max(end, start), len(code))
+        out += [html.escape(code[at:start]), "<mark>", html.escape(code[start:end]), "</mark>"]
+        at = end
+    out.append(html.escape(code[at:]))
+    return "".join(out)
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>{title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }}
+table.pair {{ width: 100%; table-layout: fixed; border-collapse: collapse; }}
+table.pair td {{ vertical-align: top; width: 50%; border: 1px solid #ccc; padding: 0.3em; }}
+pre {{ white-space: pre-wrap; word-break: break-all; font-size: 0.85em; margin: 0; }}
+mark {{ background: #ffd27f; }}
+.hint {{ background: #eef; padding: 0.8em; border-left: 4px solid #669; }}
+</style></head><body>
+{body}
+</body></html>
+"""
+
+
+def _write_html(path: Path, lesson: Lesson, pairs: list[Pair], groups: list[list[str]],
+                by_student: dict[str, Submission], settings: dict,
+                names: dict[str, str] | None = None) -> None:
+    names = names or {}
+
+    def e(text: str) -> str:
+        return html.escape(inert(text, 1000))
+
+    def who(student: str) -> str:
+        return e(student) + (f" ({e(names[student])})" if names.get(student) else "")
+
+    parts = [f"<h1>{e(lesson.name)}: similar submissions</h1>",
+             "<p class='hint'><strong>A hint for a human, not a finding.</strong> The exercises "
+             "are short functions with few correct forms, so honest students often write the "
+             "same lines. Read the shared fragments (highlighted) side by side, and weigh them "
+             "against what else you know, before drawing any conclusion.</p>",
+             f"<p>{settings['submissions']} graded submissions, {settings['pairs']:,} pairs "
+             f"compared exercise with exercise; the released starter code and "
+             f"{settings['common']} fragment(s) found in more than {settings['ignore_common']} "
+             f"submissions were left out. Listed: pairs where the larger similarity reaches "
+             f"{settings['threshold']:.0%} with at least {settings['min_shared']} shared "
+             f"fingerprints.</p>",
+             f"<h2>Identical notebooks (same SHA-256): {len(groups)}</h2>"]
+    if groups:
+        parts.append("<ul>" + "".join(f"<li>{', '.join(who(s) for s in g)}</li>"
+                                      for g in groups) + "</ul>")
+    parts.append(f"<h2>Similar pairs: {len(pairs)}</h2>")
+    if len(pairs) > MAX_HTML_PAIRS:
+        parts.append(f"<p>The first {MAX_HTML_PAIRS} are shown; similarity.csv lists all.</p>")
+    for number, pair in enumerate(pairs[:MAX_HTML_PAIRS], 1):
+        a, b = by_student[pair.a], by_student[pair.b]
+        parts.append(f"<h3 id='pair-{number}'>{number}. {who(pair.a)} "
+                     f"({pair.similarity_a:.0%}) and {who(pair.b)} ({pair.similarity_b:.0%}): "
+                     f"{pair.shared} shared "
+                     "fingerprints</h3>")
+        for name in pair.exercises:
+            left, right = a.exercises[name], b.exercises[name]
+            parts.append(f"<h4>{e(name)}</h4><table class='pair'><tr><th>{who(pair.a)}</th>"
+                         f"<th>{who(pair.b)}</th></tr><tr><td><pre>{highlighted(left, right)}"
+                         f"</pre></td><td><pre>{highlighted(right, left)}</pre></td></tr>"
+                         "</table>")
+    path.write_text(PAGE.format(title=e(f"{lesson.name}: similar submissions"),
+                                body="\n".join(parts)), encoding="utf-8")
