@@ -133,6 +133,24 @@ def released(lesson, shared: Path) -> Path:
     return folder
 
 
+def released_course(lessons, shared: Path, target: Path) -> Path:
+    """A course directory at ``target`` with ``lessons`` released, as ``python -m grader
+    release`` leaves it, copied from the releases made once per test session under ``shared``
+    (a release costs seconds of nbgrader; a copy, milliseconds). One lesson: the whole course
+    directory, its gradebook included. Several: their release/ folders only (what the lab
+    needs), the gradebook made anew by the first command that needs one."""
+    lessons = list(lessons)
+    for lesson in lessons:
+        released(lesson, shared)
+    if len(lessons) == 1:
+        shutil.copytree(shared / "release-courses" / lessons[0].name, target, symlinks=True)
+    else:
+        for lesson in lessons:
+            shutil.copytree(shared / "release-courses" / lesson.name / "release" / lesson.name,
+                            target / "release" / lesson.name)
+    return target
+
+
 def answered(student: nbformat.NotebookNode, lesson) -> nbformat.NotebookNode:
     """A copy of the student version with every answer cell filled in from the instructor's."""
     reference = {c.metadata.nbgrader.grade_id: c.source

@@ -351,14 +351,14 @@ def test_the_rosters_name_wins_and_every_stored_name_is_neutral(course) -> None:
 
 
 def test_a_gradebook_name_is_neutral_and_a_plain_name_unchanged() -> None:
-    from grader.common.text import _gradebook_text
+    from grader.common.text import gradebook_text
 
-    assert _gradebook_text("Adélaïde O'Brien-Lovelace") == "Adélaïde O'Brien-Lovelace"
-    assert _gradebook_text("@SUM(1+1)*cmd|' /C calc'!A0") == "'@SUM(1+1)*cmd|' /C calc'!A0"
-    assert _gradebook_text("-2+3") == "'-2+3"
-    assert _gradebook_text("a\x1b[31m,b;\"c\"\n<d>&") == \
+    assert gradebook_text("Adélaïde O'Brien-Lovelace") == "Adélaïde O'Brien-Lovelace"
+    assert gradebook_text("@SUM(1+1)*cmd|' /C calc'!A0") == "'@SUM(1+1)*cmd|' /C calc'!A0"
+    assert gradebook_text("-2+3") == "'-2+3"
+    assert gradebook_text("a\x1b[31m,b;\"c\"\n<d>&") == \
         "a\\x1b[31m\uff0cb\uff1b\uff02c\uff02 \uff1cd\uff1e\uff06"
-    assert _gradebook_text(_gradebook_text("=x")) == "'=x"
+    assert gradebook_text(gradebook_text("=x")) == "'=x"
 
 
 # ------------------------------------------------------------------ item 15: formgrader

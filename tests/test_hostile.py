@@ -835,3 +835,35 @@ def test_flags_see_through_renamed_imports_and_getattr() -> None:
         nb.cells.append(new_code_cell(code))
         assert any(flag in found for found in scan(nb, source)), (code, scan(nb, source))
     assert scan(source, source) == []
+
+
+def test_flags_read_code_not_prose_and_every_untouched_lesson_is_clean() -> None:
+    """A word in a comment, a docstring or a parameter's name reaches for nothing (lesson 08's
+    `simulate_serving(requests, ...)` once sent every untouched copy to review), while the same
+    word used as code, in an f-string's braces or in a cell with a shell escape still flags."""
+    from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
+
+    from grader.content.lessons import all_lessons
+    from grader.grading.autograde import scan
+
+    for lesson in all_lessons():
+        source = nbformat.read(lesson.notebook, as_version=4)
+        student, _ = ClearSolutions().preprocess(copy.deepcopy(source), {})
+        student, _ = ClearHiddenTests().preprocess(student, {})
+        assert scan(student, source) == [], lesson.name
+    source = nbformat.read(LESSON.notebook, as_version=4)
+    prose = ['def serve(requests):\n    """inspect the requests, glob them, signal"""\n'
+             '    return len(requests)  # open() the socket of builtins\n',
+             "note = 'os.system(1) and sys.modules'\n"]
+    code = [("x = f\"{open('/etc/passwd').read()}\"", "the file system"),
+            ("!curl http://x\nimport socket", "the network"),
+            ("import sys\nsys . modules['x'] = 1", "sys.modules"),
+            ("import requests", "the network")]
+    for cell in prose:
+        nb = copy.deepcopy(source)
+        nb.cells.append(new_code_cell(cell))
+        assert scan(nb, source) == [], cell
+    for cell, flag in code:
+        nb = copy.deepcopy(source)
+        nb.cells.append(new_code_cell(cell))
+        assert any(flag in found for found in scan(nb, source)), (cell, scan(nb, source))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from grader.content.lessons import all_lessons
@@ -138,3 +140,24 @@ def test_the_validate_buttons_build_is_made_from_its_sources() -> None:
     assert (built / entry).is_file()
     assert "counting-the-cost/validate" in "".join(
         p.read_text() for p in (built / "static").glob("*.js"))
+
+
+@pytest.mark.parametrize("role", ["student", "instructor"])
+def test_the_hubs_lab_servers_load_the_validate_button_and_its_server_side(role) -> None:
+    """Each hub role's configuration, read as a Jupyter server reads it, names the folder
+    where the button's build lies and turns on its server side (a moved folder once left the
+    hub's students without a Validate button)."""
+    import json
+    import runpy
+    from types import SimpleNamespace
+
+    from grader.lab.server import VALIDATE_PLUGIN
+
+    folder = Path(__file__).resolve().parent.parent / "deploy" / "hub" / role
+    config = SimpleNamespace(LabApp=SimpleNamespace())
+    runpy.run_path(str(folder / "jupyter_server_config.py"),
+                   init_globals={"get_config": lambda: config})
+    (path,) = config.LabApp.extra_labextensions_path
+    assert (Path(path) / VALIDATE_PLUGIN / "package.json").is_file()
+    enabled = json.loads((folder / "jupyter_server_config.json").read_text())
+    assert enabled["ServerApp"]["jpserver_extensions"]["grader.lab.validate"] is True

@@ -153,7 +153,7 @@ def student_fields(course, lesson: Lesson, student_id: str, gb=None) -> dict[str
     already (the roster: ``nbgrader db student import``, formgrader, an earlier hand-in)
     wins over the download's, which the student may have typed (Gradescope's ``:name:``,
     Blackboard's ``Name:``). Whatever the row keeps is written neutral
-    (``_gradebook_text``). ``gb``: the open gradebook to read the row from (else one is
+    (``gradebook_text``). ``gb``: the open gradebook to read the row from (else one is
     opened)."""
     from nbgrader.api import Student
 

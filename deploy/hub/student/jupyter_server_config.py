@@ -2,10 +2,7 @@
 place of nbgrader's: jupyter_server_config.json beside this turns on the server side
 (grader.lab.validate), labconfig/page_config.json turns nbgrader's button off."""
 
-from pathlib import Path
-
-import grader
+from grader.lab.server import LAB_EXTENSIONS
 
 c = get_config()  # noqa: F821
-c.LabApp.extra_labextensions_path = [
-    str(Path(grader.__file__).resolve().parent / "labextension" / "share" / "labextensions")]
+c.LabApp.extra_labextensions_path = [str(LAB_EXTENSIONS)]
