@@ -859,11 +859,11 @@ def test_flags_read_code_not_prose_and_every_untouched_lesson_is_clean() -> None
             ("!curl http://x\nimport socket", "the network"),
             ("import sys\nsys . modules['x'] = 1", "sys.modules"),
             ("import requests", "the network")]
-    for cell in prose:
+    for text in prose:
         nb = copy.deepcopy(source)
-        nb.cells.append(new_code_cell(cell))
-        assert scan(nb, source) == [], cell
-    for cell, flag in code:
+        nb.cells.append(new_code_cell(text))
+        assert scan(nb, source) == [], text
+    for text, flag in code:
         nb = copy.deepcopy(source)
-        nb.cells.append(new_code_cell(cell))
-        assert any(flag in found for found in scan(nb, source)), (cell, scan(nb, source))
+        nb.cells.append(new_code_cell(text))
+        assert any(flag in found for found in scan(nb, source)), (text, scan(nb, source))
