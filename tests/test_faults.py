@@ -74,6 +74,8 @@ def act():
         time.sleep(5)
     elif first.startswith("run:"):
         subprocess.run(json.loads(first[4:]), check=True, capture_output=True)
+    elif first == "raise":
+        raise RuntimeError("refused by the test")
     if then:
         seconds, _, command = then.partition(":")
         threading.Thread(target=lambda: (time.sleep(float(seconds)), subprocess.run(
@@ -191,6 +193,23 @@ def test_a_flagged_status_survives_a_kill_and_sigterm_cleans_up(released, tmp_pa
     listed = grader("review", LESSON.name, "--course-dir", course)
     assert "a_flagged" in listed.stdout
     assert scores(course, tmp_path)["a_flagged"][1] == "needs_review"
+
+
+@pytest.mark.slow
+def test_a_kernel_that_does_not_start_is_the_graders_error_said_in_one_line(released,
+                                                                             tmp_path) -> None:
+    """A kernel that does not start (here its launch refused) sends the submission to review as
+    the grader's error, charges the student nothing, and leaves no traceback at exit (nbclient's
+    exit hook once failed on the kernel manager it had let go)."""
+    course = course_copy(released, tmp_path / "course")
+    the_class(tmp_path / "class", {"s1": "full"})
+    done = wrapped_grader("grader.grading.sandbox:SandboxKernelManager._async_launch_kernel", 1,
+                          "raise", "autograde", LESSON.name, tmp_path / "class",
+                          "--course-dir", course, "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    assert "s1: needs_review (grading error: the kernel did not start" in done.stdout
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    assert scores(course, tmp_path)["s1"][1] == "needs_review"
 
 
 @pytest.mark.slow

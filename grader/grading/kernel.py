@@ -5,6 +5,7 @@ own), started, watched and removed with everything they started and wrote."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import shutil
@@ -196,6 +197,10 @@ class Kernels:
                     self.event(f"the kernel failed: {type(error).__name__}")
                 raise KernelLost from error
         finally:
+            # nbclient registers an exit hook before starting the kernel and removes it only
+            # after a start that worked: after one that failed, the hook would fail at exit
+            # (nbclient asserts a kernel manager it has let go) with a traceback for the user.
+            atexit.unregister(client._cleanup_kernel)
             if watchdog is not None:
                 watchdog.cancel()
             km.kill_everything()
