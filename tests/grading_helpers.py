@@ -117,20 +117,25 @@ WRONG_ANSWERS = {
 
 def released(lesson, shared: Path) -> Path:
     """The student version of ``lesson``, released once per test session under ``shared`` (a
-    folder every xdist worker sees) and reused: a file lock lets one worker release it while
-    the others wait. Read it, never write it: copy it first."""
-    from grader.course import Course
-
-    folder = shared / "released" / lesson.name
+    folder every xdist worker sees) by the instructor's command, ``python -m grader release``,
+    and reused: a file lock lets one worker release it while the others wait. What the command
+    printed is kept beside it (``released_output``). Read it, never write it: copy it first
+    (``released_course``)."""
+    course = shared / "release-courses" / lesson.name
+    folder = course / "release" / lesson.name
     with (shared / f"release-{lesson.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / lesson.notebook.name).exists():
-            course = Course(shared / "release-courses" / lesson.name, log=lambda _: None)
-            staged = folder.with_name(folder.name + ".partial")
-            shutil.rmtree(staged, ignore_errors=True)
-            shutil.copytree(course.release(lesson), staged)
-            staged.rename(folder)
+        if not (shared / f"release-{lesson.name}.out").exists():
+            shutil.rmtree(course, ignore_errors=True)
+            done = grader("release", lesson.name, "--course-dir", course)
+            (shared / f"release-{lesson.name}.out").write_text(done.stdout)
     return folder
+
+
+def released_output(lesson, shared: Path) -> str:
+    """What ``python -m grader release`` printed when it released ``lesson`` for the session."""
+    released(lesson, shared)
+    return (shared / f"release-{lesson.name}.out").read_text()
 
 
 def released_course(lessons, shared: Path, target: Path) -> Path:
@@ -146,8 +151,7 @@ def released_course(lessons, shared: Path, target: Path) -> Path:
         shutil.copytree(shared / "release-courses" / lessons[0].name, target, symlinks=True)
     else:
         for lesson in lessons:
-            shutil.copytree(shared / "release-courses" / lesson.name / "release" / lesson.name,
-                            target / "release" / lesson.name)
+            shutil.copytree(released(lesson, shared), target / "release" / lesson.name)
     return target
 
 

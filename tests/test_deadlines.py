@@ -26,7 +26,7 @@ from grader.content.lessons import load_lesson
 from grader.gradebook.deadlines import Policy, _wall, late_periods, parse, penalty_fraction
 from grader.intake.times import naive_time, nbgrader_timestamp, parse_time
 from grader.intake.zips import unpack_zip
-from tests.grading_helpers import grader, read_export, read_notebook
+from tests.grading_helpers import grader, read_export, read_notebook, released_course
 from tests.test_review import command
 
 BERLIN, NEW_YORK = ZoneInfo("Europe/Berlin"), ZoneInfo("America/New_York")
@@ -460,13 +460,12 @@ due = "2025-03-14 12:00"
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
+def course(tmp_path_factory, shared_tmp):
     """Four full-marks notebooks as ``python -m grader collect`` leaves them in collected/
     (its timestamp.txt is trusted): on time, two days late, late within an extension, and no
     timestamp.txt."""
     tmp = tmp_path_factory.mktemp("deadlines")
-    root = tmp / "course"
-    grader("release", LESSON.name, "--course-dir", root)
+    root = released_course([LESSON], shared_tmp, tmp / "course")
     (root / "deadlines.toml").write_text(DEADLINES)
     instructor = read_notebook(LESSON.notebook)
     stamps = {"on_time": DUE - timedelta(minutes=1), "late": DUE + timedelta(days=1, hours=2),

@@ -40,6 +40,7 @@ from tests.grading_helpers import (
     points,
     read_export,
     read_notebook,
+    released_course,
     submit,
 )
 
@@ -103,11 +104,9 @@ def wrapped_grader(target: str, nth: int, action: str, *args: str | Path,
 
 
 @pytest.fixture(scope="module")
-def released(tmp_path_factory) -> Path:
+def released(tmp_path_factory, shared_tmp) -> Path:
     """A course directory with lesson 01 released (SQLite gradebook), copied for each test."""
-    course = tmp_path_factory.mktemp("released") / "course"
-    grader("release", LESSON.name, "--course-dir", course)
-    return course
+    return released_course([LESSON], shared_tmp, tmp_path_factory.mktemp("released") / "course")
 
 
 def course_copy(released: Path, where: Path) -> Path:
@@ -317,12 +316,12 @@ def restartable_redis(folder: Path):
 
 
 @pytest.mark.slow
-def test_redis_restarted_mid_batch_is_waited_for_and_the_class_is_graded(tmp_path) -> None:
+def test_redis_restarted_mid_batch_is_waited_for_and_the_class_is_graded(tmp_path,
+                                                                       shared_tmp) -> None:
     from tests.test_distributed import start_worker, stop, wait_for
 
     hand_ins = the_class(tmp_path / "class", {"s1": "full", "s2": "wrong", "s3": "full"})
-    course = tmp_path / "course"
-    grader("release", LESSON.name, "--course-dir", course)
+    course = released_course([LESSON], shared_tmp, tmp_path / "course")
     with restartable_redis(tmp_path / "redis") as (url, stop_redis, start_redis):
         log = tmp_path / "worker.log"
         worker = start_worker(url, log)

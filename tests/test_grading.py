@@ -24,6 +24,8 @@ from tests.grading_helpers import (
     points,
     read_export,
     read_notebook,
+    released_course,
+    released_output,
     submit,
 )
 
@@ -45,13 +47,13 @@ def test_every_lesson_has_a_wrong_answer() -> None:
 # One xdist group per lesson: a worker grades a lesson once, and lessons grade in parallel.
 @pytest.fixture(scope="module", ids=lambda lesson: lesson.name, params=[
     pytest.param(lesson, marks=pytest.mark.xdist_group(lesson.name)) for lesson in LESSONS])
-def graded(request, tmp_path_factory):
-    """Release one lesson, grade four submissions, export; return what came out."""
+def graded(request, tmp_path_factory, shared_tmp):
+    """Release one lesson (the session's release, made by `grader release`), grade four
+    submissions, export; return what came out."""
     lesson = request.param
     tmp = tmp_path_factory.mktemp(lesson.name)
-    course = tmp / "course"
-    release = grader("release", lesson.name, "--course-dir", course)
-    assert "released" in release.stdout
+    course = released_course([lesson], shared_tmp, tmp / "course")
+    assert "released" in released_output(lesson, shared_tmp)
     student_nb = course / "release" / lesson.name / lesson.notebook.name
     instructor = read_notebook(lesson.notebook)
 
@@ -95,10 +97,14 @@ def test_student_version_has_no_solutions_and_no_hidden_tests(graded) -> None:
     text = "\n".join(c.source for c in student.cells)
     assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
     assert "raise NotImplementedError()" in text
-    hidden = [line for c in read_notebook(graded["lesson"].notebook).cells
-              if "### BEGIN HIDDEN TESTS" in c.source
+    source = read_notebook(graded["lesson"].notebook)
+    # The hidden checks include the exercise's own example (a visible check too): only those
+    # the instructor version does not show must be missing from the student's.
+    shown = {line for c in source.cells for line in
+             c.source.split("### BEGIN HIDDEN TESTS")[0].splitlines()}
+    hidden = [line for c in source.cells if "### BEGIN HIDDEN TESTS" in c.source
               for line in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines()
-              if line.startswith("check(")]
+              if line.startswith("check(") and line not in shown]
     assert hidden and not any(line in text for line in hidden)
 
 
@@ -106,6 +112,22 @@ def test_instructor_version_scores_full_marks(graded) -> None:
     got, maximum, status = score(graded, "instructor")
     assert maximum == sum(graded["points"].values()) > 0
     assert (got, status) == (maximum, "graded")
+
+
+def test_the_instructor_version_runs_clean_as_graded(graded) -> None:
+    """As the grader ran it (autograde mode, in the sandbox): no cell raised, every exercise's
+    visible checks passed, and the plots were drawn. (The lecture mode's run is in
+    tests/test_notebooks.py.)"""
+    lesson = graded["lesson"]
+    ran = read_notebook(graded["course"] / "autograded" / "instructor" / lesson.name
+                        / lesson.notebook.name)
+    outputs = [o for c in ran.cells for o in c.get("outputs", [])]
+    assert [o for o in outputs if o.output_type == "error"] == []
+    passed = [c for c in ran.cells if "all visible checks passed" in
+              "".join(o.get("text", "") for o in c.get("outputs", []))]
+    assert len(passed) == sum(1 for c in ran.cells
+                              if c.metadata.get("nbgrader", {}).get("solution"))
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 2
 
 
 def test_untouched_student_version_scores_zero(graded) -> None:

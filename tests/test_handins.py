@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from grader.common.errors import CourseError
 from grader.content.lessons import load_lesson
 from grader.intake.handins import recognise
-from tests.grading_helpers import grader, points, read_export
+from tests.grading_helpers import grader, points, read_export, released_course
 from tests.test_export_lms import canvas_import, canvas_reupload, moodle_feedback_import
 
 LESSON = load_lesson("01_float_formats")
@@ -488,12 +488,11 @@ def zip_folder(folder: Path, archive: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def classroom(tmp_path_factory):
+def classroom(tmp_path_factory, shared_tmp):
     """One course; a class of two in each LMS's download (one finished notebook, one
     untouched), graded as it came, one command per download."""
     tmp = tmp_path_factory.mktemp("classroom")
-    course = tmp / "course"
-    grader("release", LESSON.name, "--course-dir", course)
+    course = released_course([LESSON], shared_tmp, tmp / "course")
     done_nb = LESSON.notebook.read_bytes()
     blank = (course / "release" / LESSON.name / NOTEBOOK).read_bytes()
     downloads = tmp / "downloads"
@@ -647,14 +646,13 @@ def test_the_grades_of_a_moodle_class_go_back_in_its_own_worksheet(classroom) ->
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("handins")
-def test_hostile_members_of_lms_zips_cost_only_their_own_student(tmp_path) -> None:
+def test_hostile_members_of_lms_zips_cost_only_their_own_student(tmp_path, shared_tmp) -> None:
     """Links, traversal, overlong names, AppleDouble junk and escape codes, each built in an
     LMS's pattern: refused or escaped, charged to the student whose name they carry."""
     import stat
 
     done_nb = LESSON.notebook.read_bytes()
-    course = tmp_path / "course"
-    grader("release", LESSON.name, "--course-dir", course)
+    course = released_course([LESSON], shared_tmp, tmp_path / "course")
     blank = (course / "release" / LESSON.name / NOTEBOOK).read_bytes()
     canvas = tmp_path / "canvas.zip"
     with zipfile.ZipFile(canvas, "w") as archive:

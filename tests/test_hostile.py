@@ -22,7 +22,15 @@ from nbformat.v4 import new_code_cell
 from grader.common.files import remove_tree
 from grader.content.lessons import load_lesson
 from grader.grading.sandbox import bwrap_path
-from tests.grading_helpers import cell, grader, grader_peak_rss, points, read_export, submit
+from tests.grading_helpers import (
+    cell,
+    grader,
+    grader_peak_rss,
+    points,
+    read_export,
+    released_course,
+    submit,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile"),
               pytest.mark.skipif(bwrap_path() is None, reason="grading hostile code needs "
@@ -190,10 +198,10 @@ CASES: list[tuple[str, Mutation | str, float, str | None, str | None]] = [
 
 
 @pytest.fixture(scope="module")
-def batch(tmp_path_factory):
+def batch(tmp_path_factory, shared_tmp):
     tmp = tmp_path_factory.mktemp("hostile")
     course, submissions = tmp / "course", tmp / "submissions"
-    grader("release", LESSON.name, "--course-dir", course)
+    released_course([LESSON], shared_tmp, course)
     instructor = nbformat.read(LESSON.notebook, as_version=4)
     for student, mutation, *_ in CASES:
         folder = submissions / student
@@ -210,8 +218,10 @@ def batch(tmp_path_factory):
             nb = copy.deepcopy(instructor)
             mutation(nb, course)
             submit(submissions, student, nb, LESSON.notebook.name)
+    # A cell of lesson 01 takes under 2 s here when graded, so 10 s leaves room for a busy
+    # machine and ends the four cases that loop forever sooner than the default would.
     done = grader("autograde", LESSON.name, submissions, "--course-dir", course, "--jobs", "2",
-                  "--cell-timeout", "20", "--timeout", "150")
+                  "--cell-timeout", "10", "--timeout", "150")
     grader("export", "--course-dir", course, "--csv", tmp / "grades.csv")
     return {"done": done, "grades": read_export(tmp / "grades.csv"), "course": course,
             "status": json.loads((course / "grading_status.json").read_text())[LESSON.name]}
@@ -454,11 +464,11 @@ LIMIT_CASES: list[tuple[str, Mutation, float, str | None, str | None]] = [
 TIMEOUT = 40
 
 
-def released_class(tmp: Path, cases: list[tuple]) -> tuple[Path, Path]:
+def released_class(tmp: Path, cases: list[tuple], shared: Path) -> tuple[Path, Path]:
     """A course with lesson 01 released, and a class of the instructor version with each
     case's mutation applied: (course, submissions)."""
     course, submissions = tmp / "course", tmp / "submissions"
-    grader("release", LESSON.name, "--course-dir", course)
+    released_course([LESSON], shared, course)
     instructor = nbformat.read(LESSON.notebook, as_version=4)
     for student, mutation, *_ in cases:
         nb = copy.deepcopy(instructor)
@@ -468,9 +478,9 @@ def released_class(tmp: Path, cases: list[tuple]) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def limits_batch(tmp_path_factory):
+def limits_batch(tmp_path_factory, shared_tmp):
     tmp = tmp_path_factory.mktemp("limits")
-    course, submissions = released_class(tmp, LIMIT_CASES)
+    course, submissions = released_class(tmp, LIMIT_CASES, shared_tmp)
     done, peak = grader_peak_rss("autograde", LESSON.name, submissions, "--course-dir", course,
                                  "--jobs", "2", "--cell-timeout", "20", "--timeout",
                                  str(TIMEOUT), "--memory", "2")
@@ -570,9 +580,9 @@ STATE_CASES: list[tuple[str, Mutation, float, str | None]] = [
 
 
 @pytest.fixture(scope="module")
-def state_batch(tmp_path_factory):
+def state_batch(tmp_path_factory, shared_tmp):
     tmp = tmp_path_factory.mktemp("state")
-    course, submissions = released_class(tmp, STATE_CASES)
+    course, submissions = released_class(tmp, STATE_CASES, shared_tmp)
     grader("autograde", LESSON.name, submissions, "--course-dir", course, "--jobs", "2",
            "--cell-timeout", "20")
     grader("export", "--course-dir", course, "--csv", tmp / "grades.csv")
@@ -678,21 +688,21 @@ def deep_folder(root: Path, depth: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def names_batch(tmp_path_factory):
+def names_batch(tmp_path_factory, shared_tmp):
     """A class folder whose names are bytes, escapes and absurd depths, and one XSS page."""
     import tempfile
 
     # Outside pytest's own folders: its clean-up recurses, and fails on a tree 1200 deep.
     outside = Path(tempfile.mkdtemp(prefix="ctc-names-"))
     try:
-        yield grade_names_batch(tmp_path_factory.mktemp("names"), outside)
+        yield grade_names_batch(tmp_path_factory.mktemp("names"), outside, shared_tmp)
     finally:
         remove_tree(outside)
 
 
-def grade_names_batch(tmp: Path, outside: Path) -> dict:
+def grade_names_batch(tmp: Path, outside: Path, shared: Path) -> dict:
     course, submissions = tmp / "course", outside / "submissions"
-    grader("release", LESSON.name, "--course-dir", course)
+    released_course([LESSON], shared, course)
     student_version = nbformat.read(course / "release" / LESSON.name / LESSON.notebook.name,
                                     as_version=4)
     submissions.mkdir()

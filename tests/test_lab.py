@@ -7,12 +7,15 @@ from pathlib import Path
 import pytest
 
 from grader.content.lessons import all_lessons
-from tests.grading_helpers import grader
+from tests.grading_helpers import grader, released_course
 
 
 @pytest.mark.slow
-def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path) -> None:
-    workspace, course = tmp_path / "workspace", tmp_path / "course"
+def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path, shared_tmp) -> None:
+    """The lab over a course whose lessons are released (the tests release each once; the
+    workspace tests below see the lab release a lesson itself, as on a first `make lab`)."""
+    workspace = tmp_path / "workspace"
+    course = released_course(all_lessons(), shared_tmp, tmp_path / "course")
     done = grader("lab", "--smoke", "--workspace", workspace, "--course-dir", course)
     for lesson in all_lessons():
         assert lesson.name in done.stdout
@@ -30,7 +33,8 @@ def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path) -> N
 
 
 def workspace_of_one_lesson(tmp_path):
-    """A course, a student's workspace holding its first lesson, and what the course said."""
+    """A course, a student's workspace holding its first lesson, and what the course said: the
+    lab releases the lesson, as on a student's first `make lab`."""
     from grader.course import Course
     from grader.lab.server import prepare_workspace
 
@@ -54,6 +58,7 @@ def test_a_newer_course_version_is_announced_only_when_there_is_one(tmp_path) ->
     from grader.lab.server import prepare_workspace, reset_lessons
 
     course, lesson, workspace, said = workspace_of_one_lesson(tmp_path)
+    assert f"releasing {lesson.name}" in said
     mine = workspace / lesson.name / lesson.notebook.name
     mine.write_text(mine.read_text().replace("raise NotImplementedError()", "return 42", 1))
     said.clear()
@@ -86,10 +91,14 @@ def test_an_unedited_copy_follows_the_course(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_progress_lists_each_exercise_of_the_students_copies(tmp_path) -> None:
+def test_progress_lists_each_exercise_of_the_students_copies(tmp_path, shared_tmp) -> None:
+    from grader.course import Course
+    from grader.lab.server import prepare_workspace
+
     lesson = all_lessons()[0]
-    workspace, course = tmp_path / "workspace", tmp_path / "course"
-    grader("lab", "--smoke", "--workspace", workspace, "--course-dir", course)
+    workspace = tmp_path / "workspace"
+    course = released_course([lesson], shared_tmp, tmp_path / "course")
+    prepare_workspace(Course(course, log=lambda _: None), workspace, [lesson])
     mine = workspace / lesson.name / lesson.notebook.name
     import nbformat
 

@@ -29,6 +29,7 @@ from grader.content.lessons import all_lessons, load_lesson
 from grader.grading import probe
 from grader.grading.probe import Exercise, Raises, judge
 from grader.grading.sandbox import bwrap_path
+from tests.grading_helpers import released_course
 from tests.test_inference import (
     decode_intensity_in_steps,
     decode_intensity_per_sequence,
@@ -201,11 +202,15 @@ def test_a_real_change_to_a_reference_function_is_still_drift(another_machine, m
 @pytest.mark.skipif(bwrap_path() is None, reason="grading needs bubblewrap")
 @by_name
 def test_release_and_grading_on_another_machine_give_full_marks(another_machine, lesson,
-                                                                tmp_path) -> None:
+                                                                tmp_path, shared_tmp) -> None:
+    """The lesson released here (the session's release) is what a release on another machine
+    writes (test_sync_keeps_the_committed_literals_on_another_machine), and grading there gives
+    the instructor version full marks."""
     from grader.course import Course
 
-    course = Course(tmp_path / "course", log=lambda _: None)
-    course.release(lesson)  # refuses a lesson out of step
+    assert sync.sync_lesson(lesson, write=False, log=lambda _: None) == []  # release's check
+    course = Course(released_course([lesson], shared_tmp, tmp_path / "course"),
+                    log=lambda _: None)
     submissions = tmp_path / "submissions" / "instructor"
     submissions.mkdir(parents=True)
     shutil.copyfile(lesson.notebook, submissions / lesson.notebook.name)

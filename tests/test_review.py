@@ -24,7 +24,15 @@ from grader.content.lessons import load_lesson
 from grader.gradebook import ledger
 from grader.gradebook.decisions import replay
 from tests import servers
-from tests.grading_helpers import cell, grader, points, read_export, read_notebook, submit
+from tests.grading_helpers import (
+    cell,
+    grader,
+    points,
+    read_export,
+    read_notebook,
+    released_course,
+    submit,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -56,11 +64,10 @@ def class_of(folder: Path, student_version: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
+def course(tmp_path_factory, shared_tmp):
     """Lesson 01 released and a class of six graded; the course directory."""
     tmp = tmp_path_factory.mktemp("review")
-    root = tmp / "course"
-    grader("release", LESSON.name, "--course-dir", root)
+    root = released_course([LESSON], shared_tmp, tmp / "course")
     class_of(tmp / "class", root / "release" / LESSON.name / NOTEBOOK)
     done = grader("autograde", LESSON.name, tmp / "class", "--course-dir", root)
     assert "3 graded, 3 needs_review, 0 invalid of 6" in done.stdout

@@ -28,7 +28,7 @@ from grader.outputs.similarity import (
     identical_groups,
     kgram_hashes,
 )
-from tests.grading_helpers import cell, grader, read_notebook, submit
+from tests.grading_helpers import cell, grader, read_notebook, released_course, submit
 from tests.test_review import command
 
 LESSON = load_lesson("01_float_formats")
@@ -182,12 +182,11 @@ def test_names_stand_beside_ids_and_no_student_text_reaches_the_terminal_or_a_fo
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
+def course(tmp_path_factory, shared_tmp):
     """Lesson 01 graded for six: two honest, a copy of one of them with its names changed,
     two with the same notebook, the untouched student version."""
     tmp = tmp_path_factory.mktemp("similarity")
-    root = tmp / "course"
-    grader("release", LESSON.name, "--course-dir", root)
+    root = released_course([LESSON], shared_tmp, tmp / "course")
     instructor = read_notebook(LESSON.notebook)
     honest = own_work(copy.deepcopy(instructor), 1)
     decode = cell(honest, "decode")

@@ -46,6 +46,11 @@ STATUS_FILE = "grading_status.json"
 # The feedback pages' template (grader/outputs/templates/), named in nbgrader's config.
 TEMPLATES = Path(__file__).resolve().parents[1] / "outputs" / "templates"
 
+# `python -m nbgrader`, after `import grader` (which spares it a second of jsonschema's start:
+# grader/__init__.py).
+NBGRADER = ("import runpy, sys, grader; sys.argv[0] = 'nbgrader'; "
+            "runpy.run_module('nbgrader', run_name='__main__', alter_sys=True)")
+
 CONFIG_TEMPLATE = """\
 # Written by `python -m grader` on every command; edits here are overwritten.
 c = get_config()  # noqa: F821
@@ -105,7 +110,7 @@ class CourseDir:
         # nbgrader's first gradebook creation runs `alembic`, which lives beside this python.
         env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=env,
+        return subprocess.run([sys.executable, "-c", NBGRADER, *args], cwd=self.root, env=env,
                               capture_output=True, text=True, check=False)
 
     def gradebook(self):

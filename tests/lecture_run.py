@@ -1,0 +1,79 @@
+"""Each lesson's instructor version run once per test session in lecture mode (as `make demo`
+runs it), its figures measured as they are drawn; tests/test_notebooks.py reads the run's outputs
+and tests/test_plots.py its figures. A file lock lets one xdist worker run a lesson while the
+other waits for it."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell
+
+# Before every figure is shown and closed by the inline backend: its size in pixels (the tight
+# bounding box at the figure's dpi, as the backend saves it) and its smallest visible text.
+MEASURE = r'''
+import json as _ctc_json
+
+from matplotlib.backend_bases import FigureCanvasBase as _ctc_Canvas
+from matplotlib.text import Text as _ctc_Text
+
+_ctc_print_figure = _ctc_Canvas.print_figure
+
+
+def _ctc_measured_print_figure(canvas, *args, **kwargs):
+    fig = canvas.figure
+    dpi = kwargs.get("dpi") or fig.dpi
+    if dpi == "figure":
+        dpi = fig.dpi
+    if kwargs.get("bbox_inches") == "tight":
+        box = fig.get_tightbbox(canvas.get_renderer())
+        width, height = box.width, box.height
+    else:
+        width, height = fig.get_size_inches()
+    sizes = [t.get_fontsize() for t in fig.findobj(_ctc_Text)
+             if t.get_visible() and t.get_text().strip() and t.get_alpha() != 0]
+    with open(_ctc_figures_log, "a") as log:
+        log.write(_ctc_json.dumps({"cell": _ctc_cell_number(), "width": width * dpi,
+                                   "height": height * dpi,
+                                   "min_font_px": min(sizes) * dpi / 72 if sizes else None})
+                  + "\n")
+    return _ctc_print_figure(canvas, *args, **kwargs)
+
+
+def _ctc_cell_number():
+    return get_ipython().execution_count
+
+
+_ctc_Canvas.print_figure = _ctc_measured_print_figure
+'''
+
+
+
+
+def lecture_run(lesson, shared: Path) -> tuple[nbformat.NotebookNode, list[dict], float]:
+    """(the executed notebook, each figure's measures, the run's seconds) of ``lesson``."""
+    from grader.lab.progress import execute
+
+    folder = shared / "lecture-runs"
+    folder.mkdir(exist_ok=True)
+    ran, figures, seconds = (folder / f"{lesson.name}{suffix}"
+                             for suffix in (".ipynb", ".jsonl", ".seconds"))
+    with (folder / f"{lesson.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not seconds.exists():
+            nb = nbformat.read(lesson.notebook, as_version=4)
+            figures.unlink(missing_ok=True)
+            nb.cells.insert(0, new_code_cell(f"_ctc_figures_log = {str(figures)!r}\n" + MEASURE))
+            start = time.perf_counter()
+            execute(nb, lesson.folder, None, 120)
+            took = time.perf_counter() - start
+            nb.cells.pop(0)
+            nbformat.write(nb, ran)
+            seconds.write_text(repr(took))
+    measured = ([json.loads(line) for line in figures.read_text().splitlines()]
+                if figures.exists() else [])
+    return nbformat.read(ran, as_version=4), measured, float(seconds.read_text())
