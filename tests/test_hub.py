@@ -52,7 +52,7 @@ ANSWERS = {  # the exercise's whole cell, as each student writes it
 SPAWN_TIMEOUT_MS = 180_000  # the first start of a lab server on a busy 2-core machine
 
 pytestmark = [
-    pytest.mark.slow, pytest.mark.xdist_group("browser"),
+    pytest.mark.slow, pytest.mark.xdist_group("hub"),
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                        reason="creates system users: needs root"),
     pytest.mark.skipif(not all(shutil.which(tool) for tool in ("useradd", "userdel", "runuser")),

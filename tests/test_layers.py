@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+GRADER = REPO / "grader"
 spec = importlib.util.spec_from_file_location("import_graph",
                                               REPO / "benchmarks" / "import_graph.py")
 import_graph = importlib.util.module_from_spec(spec)
@@ -51,3 +52,15 @@ def test_every_layer_says_what_it_owns_in_its_docstring_and_in_docs() -> None:
             doc = package.read_text()
             assert doc.startswith('"""') and len(doc) > 80, prefix
         assert f"`{prefix.replace('.', '/')}" in guide, f"docs/grader.md says nothing of {prefix}"
+
+
+def test_the_grader_parses_python_only_through_its_lock() -> None:
+    """CPython 3.11 may fail two threads that parse at once (grader/common/syntax.py): no
+    module of the grader calls ``ast.parse`` or ``compile`` on source itself."""
+    import re
+
+    direct = re.compile(r"\bast\.parse\(|(?<![.\w])compile\(")
+    offenders = [str(path.relative_to(GRADER.parent)) for path in GRADER.rglob("*.py")
+                 if "labextension" not in path.parts and path.name != "syntax.py"
+                 and direct.search(path.read_text())]
+    assert offenders == []

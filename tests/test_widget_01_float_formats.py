@@ -13,7 +13,7 @@ from solutions.floats import FP8_E4M3, FP16, decode
 from tests import test_browser
 from tests.test_browser import CHROMIUM, SCREENSHOTS, run_all
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-01"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 

@@ -16,7 +16,7 @@ from solutions.flops import arithmetic_intensity, matmul_bytes, matmul_flops, ri
 from solutions.hardware import load_hardware
 from tests.test_browser import CHROMIUM, KERNEL_STATUS, SCREENSHOTS, error_texts, lab_over, run_all
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-03"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 

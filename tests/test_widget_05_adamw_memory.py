@@ -17,7 +17,7 @@ from solutions.backprop import gated_mlp_d_ff, transformer_params
 from solutions.memory_explorer import _gb, memory_budget
 from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-05"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 

@@ -16,7 +16,7 @@ from grader.content.lessons import load_lesson
 from solutions.parallel_plan import parallel_plan
 from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-07"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 

@@ -15,7 +15,7 @@ from grader.content.lessons import load_lesson
 from solutions.inference_explorer import _gb, serving_plan
 from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-08"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 

@@ -1,2 +1,3 @@
 """What every layer of the grader shares: its errors, how a student's text is made
-neutral, and the faults of its infrastructure. Imports nothing else of the grader."""
+neutral, the faults of its infrastructure, and Python's parser one thread at a time. Imports
+nothing else of the grader."""

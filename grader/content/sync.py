@@ -28,6 +28,7 @@ from types import ModuleType
 import nbformat
 import torch
 
+from grader.common import syntax
 from grader.common.errors import CourseError
 from grader.content.cases import Case, as_case, reference_raises, reference_value
 from grader.content.lessons import BEGIN_HIDDEN, CHECKS_SOURCE, DATA, END_HIDDEN, Lesson
@@ -88,7 +89,7 @@ def solution_cell_source(module: ModuleType, names: list[str], given: list[str] 
     source = inspect.getsource(module)
     lines = source.splitlines()
     by_name: dict[str, ast.stmt] = {}
-    for node in ast.parse(source).body:
+    for node in syntax.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             by_name[node.name] = node
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -193,7 +194,7 @@ def _parse_check_line(line: str) -> tuple[str, str] | None:
     """The expression and the expected value's source of a ``check('expr', literal, ...)`` line
     (None for any other line)."""
     try:
-        tree = ast.parse(line)
+        tree = syntax.parse(line)
     except SyntaxError:
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr):

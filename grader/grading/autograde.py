@@ -21,6 +21,7 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
+from grader.common import syntax
 from grader.common.faults import Unavailable, database_name, is_database_error, retrying
 from grader.content.lessons import BEGIN_HIDDEN, END_HIDDEN, Lesson
 from grader.grading.execute import Run, run_submission
@@ -94,7 +95,7 @@ DYNAMIC = {"getattr", "setattr", "__import__", "eval", "exec", "compile", "vars"
 
 def _syntax_flags(code: str) -> set[str]:
     try:
-        tree = ast.parse(code)
+        tree = syntax.parse(code)
     except (SyntaxError, ValueError):
         return set()
     except (RecursionError, MemoryError):  # nested deeper than the parser goes

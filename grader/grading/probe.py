@@ -24,6 +24,7 @@ import nbformat
 import torch
 from nbgrader.preprocessors import ClearSolutions
 
+from grader.common import syntax
 from grader.common.errors import CourseError
 from grader.content.cases import Case, as_case, reference_raises, reference_value
 from grader.content.lessons import BEGIN_HIDDEN, Lesson
@@ -286,7 +287,7 @@ def _visible_checks(source: str) -> list[Case]:
     visible part, as cases (expected values left to the reference)."""
     visible = source.split(BEGIN_HIDDEN)[0]
     found = []
-    for node in ast.walk(ast.parse(visible)):
+    for node in ast.walk(syntax.parse(visible)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             continue
@@ -344,7 +345,7 @@ def exercises(lesson: Lesson) -> tuple[Exercise, ...]:
 
 def _names_used(source: str) -> set[str]:
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError:
         return set()
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
