@@ -61,7 +61,7 @@ demo: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader demo $(LESSON)
 
 test: $(VENV)/.installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=30
 
 # The course's Validate button (grader/lab/labextension/): its build is committed, so that students
 # need no Node.js; after changing index.js or style/, rebuild it here (needs npm) and commit.
