@@ -100,6 +100,14 @@ def test_zero_redundancy_optimizer_gives_whole_tensors_largest_first() -> None:
     assert result["max_abs_difference_from_adamw"] == 0.0
 
 
+# Loopback bytes beyond a collective's payload, per collective call and per barrier (two around
+# each counted step): headers, gloo's own messages, TCP's acknowledgements. A few KB each on an
+# idle machine; a loaded one sends smaller segments, so more headers and acknowledgements (19 KB
+# measured for one all-reduce of two buckets and its barriers while the whole suite ran on 2
+# cores, where 8 KB per bucket had been allowed).
+SLACK, BARRIERS = 12 * 1024, 2
+
+
 @pytest.mark.slow
 def test_fsdp_and_ddp_over_microbatches_send_what_accumulation_comm_bytes_counts() -> None:
     """PyTorch's own behaviour, on real processes: DDP all-reduces after every micro-batch
@@ -126,15 +134,17 @@ def test_fsdp_and_ddp_over_microbatches_send_what_accumulation_comm_bytes_counts
         assert on_the_ring == counted
         # gloo's reduce-scatter is an all-reduce: the gradients' part of the count twice
         on_gloo = counted + accumulation_comm_bytes(n_params, n, 3, m, keep, 0, 4)
-        # plus TCP/IP headers (1%) and a few KB of gloo's own messages and acknowledgements
-        # per collective, which are a few percent of these 33 to 66 KB
+        # plus TCP/IP headers (1%) and gloo's own messages and acknowledgements per collective
+        # and per barrier around the step (SLACK)
         calls = sum(modes[mode]["calls"].values())
-        assert on_gloo <= modes[mode]["loopback_bytes_per_rank"] < 1.01 * on_gloo + 8192 * calls
+        assert on_gloo <= modes[mode]["loopback_bytes_per_rank"] < \
+            1.01 * on_gloo + SLACK * (calls + BARRIERS)
     one_allreduce = collective_bytes("all_reduce", 4 * n_params, n)
     for mode, allreduces in (("ddp_every", m), ("ddp_no_sync", 1)):
         sent = modes[mode]["loopback_bytes_per_rank"]
         expected = allreduces * one_allreduce
-        assert expected <= sent < 1.01 * expected + 8192 * 2 * allreduces  # 2 buckets each
+        # 2 buckets each; the bound stays far under the next count (3 all-reduces against 1)
+        assert expected <= sent < 1.01 * expected + SLACK * (2 * allreduces + BARRIERS)
     assert one_allreduce == accumulation_comm_bytes(n_params, n, 0, m, bytes_per_param=4,
                                                     bytes_per_grad=4)
     # float32 sums of 3 micro-batches in another order: a few units in the last place
