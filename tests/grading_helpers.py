@@ -187,3 +187,21 @@ def mixed(student: nbformat.NotebookNode, lesson) -> tuple[nbformat.NotebookNode
     wrong, source = WRONG_ANSWERS[lesson.name]
     cell(nb, wrong).source = source
     return nb, [prediction, wrong]
+
+
+def assert_alternatives_pass_hidden_checks(alternatives: dict, module, cases: dict) -> None:
+    """Each other correct answer of ``alternatives`` (exercise name: functions written another
+    way) passes every hidden check of its exercise in ``cases`` that expects a value: put in
+    place of ``module``'s reference, it gives what the reference gives, compared as the
+    notebook's check compares (its type too)."""
+    from grader.content.cases import as_case, reference_value
+    from grader.content.notebook_checks import _difference
+
+    for name, variants in alternatives.items():
+        for case in map(as_case, cases[name]):
+            if case.raises:
+                continue
+            expected = reference_value(case, vars(module))
+            for variant in variants:
+                got = eval(case.expression, {**vars(module), name: variant})
+                assert _difference(got, expected, case.rel_tol, 0.0) is None, (case, variant)
