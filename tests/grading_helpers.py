@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -115,6 +116,15 @@ WRONG_ANSWERS = {
 }
 
 
+def make_once(marker: Path, make: Callable[[], None]) -> None:
+    """Call ``make`` once per test session, whichever xdist worker asks first (the others wait
+    on a file lock beside ``marker``): ``make`` writes ``marker`` last, when all is made."""
+    with marker.with_name(marker.name + ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            make()
+
+
 def released(lesson, shared: Path) -> Path:
     """The student version of ``lesson``, released once per test session under ``shared`` (a
     folder every xdist worker sees) by the instructor's command, ``python -m grader release``,
@@ -122,14 +132,14 @@ def released(lesson, shared: Path) -> Path:
     printed is kept beside it (``released_output``). Read it, never write it: copy it first
     (``released_course``)."""
     course = shared / "release-courses" / lesson.name
-    folder = course / "release" / lesson.name
-    with (shared / f"release-{lesson.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (shared / f"release-{lesson.name}.out").exists():
-            shutil.rmtree(course, ignore_errors=True)
-            done = grader("release", lesson.name, "--course-dir", course)
-            (shared / f"release-{lesson.name}.out").write_text(done.stdout)
-    return folder
+    printed = shared / f"release-{lesson.name}.out"
+
+    def release() -> None:
+        shutil.rmtree(course, ignore_errors=True)
+        printed.write_text(grader("release", lesson.name, "--course-dir", course).stdout)
+
+    make_once(printed, release)
+    return course / "release" / lesson.name
 
 
 def released_output(lesson, shared: Path) -> str:

@@ -1,17 +1,18 @@
 """Each lesson's instructor version run once per test session in lecture mode (as `make demo`
 runs it), its figures measured as they are drawn; tests/test_notebooks.py reads the run's outputs
-and tests/test_plots.py its figures. A file lock lets one xdist worker run a lesson while the
-other waits for it."""
+and tests/test_plots.py its figures. One xdist worker runs a lesson while the other waits for it
+(tests/grading_helpers.make_once)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import time
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell
+
+from tests.grading_helpers import make_once
 
 # Before every figure is shown and closed by the inline backend: its size in pixels (the tight
 # bounding box at the figure's dpi, as the backend saves it) and its smallest visible text.
@@ -62,18 +63,19 @@ def lecture_run(lesson, shared: Path) -> tuple[nbformat.NotebookNode, list[dict]
     folder.mkdir(exist_ok=True)
     ran, figures, seconds = (folder / f"{lesson.name}{suffix}"
                              for suffix in (".ipynb", ".jsonl", ".seconds"))
-    with (folder / f"{lesson.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not seconds.exists():
-            nb = nbformat.read(lesson.notebook, as_version=4)
-            figures.unlink(missing_ok=True)
-            nb.cells.insert(0, new_code_cell(f"_ctc_figures_log = {str(figures)!r}\n" + MEASURE))
-            start = time.perf_counter()
-            execute(nb, lesson.folder, None, 120)
-            took = time.perf_counter() - start
-            nb.cells.pop(0)
-            nbformat.write(nb, ran)
-            seconds.write_text(repr(took))
+
+    def run() -> None:
+        nb = nbformat.read(lesson.notebook, as_version=4)
+        figures.unlink(missing_ok=True)
+        nb.cells.insert(0, new_code_cell(f"_ctc_figures_log = {str(figures)!r}\n" + MEASURE))
+        start = time.perf_counter()
+        execute(nb, lesson.folder, None, 120)
+        took = time.perf_counter() - start
+        nb.cells.pop(0)
+        nbformat.write(nb, ran)
+        seconds.write_text(repr(took))
+
+    make_once(seconds, run)
     measured = ([json.loads(line) for line in figures.read_text().splitlines()]
                 if figures.exists() else [])
     return nbformat.read(ran, as_version=4), measured, float(seconds.read_text())
