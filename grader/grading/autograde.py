@@ -150,15 +150,21 @@ def scan(nb: NotebookNode, source: NotebookNode) -> list[str]:
     given = {c.source for c in source.cells if c.cell_type == "code"}
     cells = [c.source for c in nb.cells if c.get("cell_type") == "code"
              and isinstance(c.get("source"), str) and c.source not in given]
-    code = "\n".join(cells)[:MAX_SCANNED_CHARS]
-    read = "\n".join(_without_prose(cell) if len(cell) <= MAX_SCANNED_CHARS else cell
-                     for cell in cells)[:MAX_SCANNED_CHARS]
+    # The first MAX_SCANNED_CHARS of the cells, each with its prose blanked (lengths kept); a
+    # cell cut at the limit is read as it is. Cells past it are not tokenized at all.
+    parts, left = [], MAX_SCANNED_CHARS
+    for cell in cells:
+        if left <= 0:
+            break
+        parts.append(_without_prose(cell) if len(cell) <= left else cell[:left])
+        left -= len(cell) + 1
+    read = "\n".join(parts)[:MAX_SCANNED_CHARS]
     found = {what for what, pattern in SUSPICIOUS.items()
              if re.search(pattern, read, flags=re.MULTILINE)}
     for cell in cells:
         if len(cell) <= MAX_SCANNED_CHARS:
             found |= _syntax_flags(cell)
-    if len(code) == MAX_SCANNED_CHARS:
+    if len(read) == MAX_SCANNED_CHARS:
         found.add(f"more than {MAX_SCANNED_CHARS // 2**20} MiB of code of its own (not all read)")
     return sorted(found)
 
