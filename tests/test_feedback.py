@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import html
-import io
 import json
 import os
 import re
@@ -30,11 +29,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.cli import main
 from grader.content.lessons import load_lesson
 from grader.course import Course
 from tests import servers
-from tests.grading_helpers import grader, grader_env, points, read_notebook
+from tests.grading_helpers import grader, grader_env, in_process, points, read_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("feedback")]
 
@@ -87,14 +85,10 @@ submission_1003:
 def command(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """``python -m grader ARGS`` in this process (the commands that grade and render nothing:
     no new interpreter's imports)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as stopped:
-            code = int(stopped.code or 0)
-    assert code == 0, f"grader {args} exited {code}:\n{out.getvalue()}\n{err.getvalue()}"
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+    done = in_process(*args)
+    assert done.returncode == 0, f"grader {args} exited {done.returncode}:\n{done.stdout}\n" \
+        f"{done.stderr}"
+    return done
 
 
 def nbgrader(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,8 +1,9 @@
 """Release and grading end to end, through the instructor's commands and nbgrader's gradebook.
 
 For every lesson: the instructor version submitted as a student scores full marks; the untouched
-student version scores 0; one exercise answered wrongly loses exactly that exercise's points;
-correct code that writes to stderr keeps its points.
+student version scores 0; one exercise answered wrongly loses exactly that exercise's points,
+and in the same notebook another exercise's correct code that writes to stderr keeps its points
+(one submission for both: a grading of a lesson costs seconds).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def test_every_lesson_has_a_wrong_answer() -> None:
 @pytest.fixture(scope="module", ids=lambda lesson: lesson.name, params=[
     pytest.param(lesson, marks=pytest.mark.xdist_group(lesson.name)) for lesson in LESSONS])
 def graded(request, tmp_path_factory, shared_tmp):
-    """Release one lesson (the session's release, made by `grader release`), grade four
+    """Release one lesson (the session's release, made by `grader release`), grade three
     submissions, export; return what came out."""
     lesson = request.param
     tmp = tmp_path_factory.mktemp(lesson.name)
@@ -61,19 +62,16 @@ def graded(request, tmp_path_factory, shared_tmp):
     submit(submissions, "instructor", instructor, lesson.notebook.name)
     submit(submissions, "untouched", read_notebook(student_nb), lesson.notebook.name)
 
-    wrong = copy.deepcopy(instructor)
+    wrong = copy.deepcopy(instructor)  # one exercise wrong, another correct and noisy
     name, source = WRONG_ANSWERS[lesson.name]
     cell(wrong, name).source = source
-    submit(submissions, "one_wrong", wrong, lesson.notebook.name)
-
-    noisy = copy.deepcopy(instructor)
-    target = cell(noisy, NOISY[lesson.name])
+    target = cell(wrong, NOISY[lesson.name])
     marker = "### BEGIN SOLUTION\n"
     indent = target.source.split(marker)[0].rsplit("\n", 1)[1]
     target.source = target.source.replace(marker, marker + indent + "import sys, warnings\n"
                                           + indent + "print('debug output', file=sys.stderr)\n"
                                           + indent + "warnings.warn('a harmless warning')\n", 1)
-    submit(submissions, "warns", noisy, lesson.notebook.name)
+    submit(submissions, "one_wrong", wrong, lesson.notebook.name)
 
     done = grader("autograde", lesson.name, submissions, "--course-dir", course)
     grader("export", "--course-dir", course, "--csv", tmp / "grades.csv")
@@ -142,12 +140,21 @@ def test_one_wrong_exercise_loses_exactly_its_points(graded) -> None:
 
 
 def test_correct_code_that_writes_to_stderr_keeps_its_points(graded) -> None:
-    got, maximum, status = score(graded, "warns")
-    assert (got, status) == (maximum, "graded")
+    """The noisy exercise wrote to stderr as it ran, and only the wrong one lost points."""
+    lesson = graded["lesson"]
+    name, _ = WRONG_ANSWERS[lesson.name]
+    assert NOISY[lesson.name] != name
+    got, maximum, status = score(graded, "one_wrong")
+    assert (got, status) == (maximum - graded["points"][name], "graded")
+    ran = read_notebook(graded["course"] / "autograded" / "one_wrong" / lesson.name
+                        / lesson.notebook.name)
+    written = "".join(o.get("text", "") for c in ran.cells for o in c.get("outputs", [])
+                      if o.get("name") == "stderr")
+    assert "debug output" in written and "a harmless warning" in written
 
 
 def test_autograde_reports_every_submission(graded) -> None:
-    assert "4 graded, 0 needs_review, 0 invalid of 4" in graded["autograde"].stdout
+    assert "3 graded, 0 needs_review, 0 invalid of 3" in graded["autograde"].stdout
 
 
 def test_the_release_holds_every_file_of_the_lesson_folder(graded) -> None:
@@ -169,7 +176,7 @@ def test_feedback_pages_show_scores_and_no_hidden_check(graded) -> None:
                    for line in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines()
                    if line.startswith("check('") and line.split("'")[1] not in shown_elsewhere]
     assert hidden_only
-    for student in ("instructor", "untouched", "one_wrong", "warns"):
+    for student in ("instructor", "untouched", "one_wrong"):
         page = course / "feedback" / student / lesson.name / f"{lesson.notebook_id}.html"
         text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
         assert "Score" in text and "(hidden checks, not shown" in text

@@ -64,3 +64,17 @@ def test_the_grader_parses_python_only_through_its_lock() -> None:
                  if "labextension" not in path.parts and path.name != "syntax.py"
                  and direct.search(path.read_text())]
     assert offenders == []
+
+
+def test_commands_that_grade_nothing_do_not_load_torch() -> None:
+    """torch costs a second of CPU to import: the command line, the course and every layer but
+    grading load it only when a command grades, releases or syncs (export, report, review,
+    feedback and the rest start without it)."""
+    import subprocess
+
+    code = ("import sys, grader.cli, grader.course, grader.outputs.report, grader.outputs.export,"
+            " grader.outputs.feedback, grader.gradebook.review, grader.gradebook.batch;"
+            " print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=Path(__file__).resolve().parent.parent).stdout
+    assert loaded.strip() == "[]", loaded

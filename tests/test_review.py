@@ -7,11 +7,9 @@ own, so that the decisions of one test never reach another's assertions.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import csv
 import html
-import io
 import re
 import subprocess
 import time
@@ -19,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from grader.cli import main
 from grader.content.lessons import load_lesson
 from grader.gradebook import ledger
 from grader.gradebook.decisions import replay
@@ -27,6 +24,7 @@ from tests import servers
 from tests.grading_helpers import (
     cell,
     grader,
+    in_process,
     points,
     read_export,
     read_notebook,
@@ -75,18 +73,13 @@ def course(tmp_path_factory, shared_tmp):
 
 
 def command(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """``python -m grader ARGS`` run in this process (``main``, as ``python -m grader`` calls
-    it): the commands that grade nothing, without a new interpreter's few seconds of imports
-    each. Grading and feedback run as real subprocesses (``grader``)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as stopped:
-            code = int(stopped.code or 0)
-    done = subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-    if check and code != 0:
-        raise AssertionError(f"grader {args} exited {code}:\n{done.stdout}\n{done.stderr}")
+    """``python -m grader ARGS`` run in this process (tests/grading_helpers.py's
+    ``in_process``): the commands that grade nothing. Grading and feedback run as real
+    subprocesses (``grader``)."""
+    done = in_process(*args)
+    if check and done.returncode != 0:
+        raise AssertionError(f"grader {args} exited {done.returncode}:\n{done.stdout}\n"
+                             f"{done.stderr}")
     return done
 
 

@@ -37,7 +37,6 @@ from pathlib import Path
 from grader.common.errors import CourseError
 from grader.common.text import tail
 from grader.content.lessons import COURSE_ID, REPO, Lesson
-from grader.content.sync import sync_lesson
 from grader.gradebook import deadlines as deadlines_mod
 from grader.gradebook import ledger
 
@@ -132,6 +131,8 @@ class CourseDir:
 
     def release(self, lesson: Lesson) -> Path:
         """Write the student version of ``lesson`` to ``release/LESSON`` and register it."""
+        from grader.content.sync import sync_lesson  # loads torch: only the commands that release
+
         drift = sync_lesson(lesson, write=False)
         if drift:
             raise CourseError(f"{lesson.name} is out of step: {drift[0]}; "

@@ -21,14 +21,12 @@ from dataclasses import dataclass, field
 from functools import cache
 
 import nbformat
-import torch
 from nbgrader.preprocessors import ClearSolutions
 
 from grader.common import syntax
 from grader.common.errors import CourseError
 from grader.content.cases import Case, as_case, reference_raises, reference_value
 from grader.content.lessons import BEGIN_HIDDEN, Lesson
-from grader.content.notebook_checks import _difference
 
 MAX_RESULT_CHARS = 48 * 2**20
 MAX_DEPTH = 12
@@ -178,6 +176,7 @@ def decode(item: object, depth: int = 0) -> object:
     if kind == "dict" and type(value) is list:
         return {decode(k, depth + 1): decode(v, depth + 1) for k, v in value}
     if kind == "tensor" and type(value) is str:
+        import torch  # here, not above: the commands that grade nothing never load it
         dtype = getattr(torch, str(item.get("dtype", "")).removeprefix("torch."), None)
         shape = item.get("shape")
         if not isinstance(dtype, torch.dtype) or not isinstance(shape, list):
@@ -311,6 +310,8 @@ def _visible_checks(source: str) -> list[Case]:
 def exercises(lesson: Lesson) -> tuple[Exercise, ...]:
     """Every graded function of a lesson with its points and its checks' expected values,
     computed here from the reference code (never in a student's kernel)."""
+    import torch  # here, not above: the commands that grade nothing never load it
+
     nb = nbformat.read(lesson.notebook, as_version=4)
     module = importlib.import_module(lesson.module)
     cases = importlib.import_module(lesson.cases).CASES
@@ -395,6 +396,8 @@ class Verdict:
 def judge(exercise: Exercise, results: list[object], partial: bool = False) -> Verdict:
     """All checks pass: full points; otherwise none, or with ``partial`` credit the points times
     the fraction of checks that passed."""
+    from grader.content.notebook_checks import _difference  # loads torch: only when judging
+
     visible_failures, hidden_failed, passed = [], 0, 0
     for check, got in zip(exercise.checks, results, strict=True):
         if isinstance(check.expected, Raises):
