@@ -261,6 +261,22 @@ def test_decisions_survive_autograde_and_go_only_when_discarded(course, tmp_path
 
 
 @pytest.mark.xdist_group("review")
+def test_a_regrade_keeps_the_flags_of_the_hand_in_itself(tmp_path, shared_tmp) -> None:
+    """A flag that the hand-in earned, not its code (here a notebook under another name), is
+    not in the stored notebook: a regrade of that notebook keeps it, reason and status."""
+    root = released_course([LESSON], shared_tmp, tmp_path / "course")
+    submit(tmp_path / "class", "renamer", read_notebook(
+        root / "release" / LESSON.name / NOTEBOOK), "float_formats (1).ipynb")
+    grader("autograde", LESSON.name, tmp_path / "class", "--course-dir", root)
+    before = export(root, tmp_path)[("renamer", LESSON.name)]
+    assert before["status"] == "needs_review" and RENAMED in before["reason"], before
+    done = review(root, "renamer", "--regrade")
+    assert RENAMED in done.stdout
+    after = export(root, tmp_path)[("renamer", LESSON.name)]
+    assert (after["status"], after["reason"]) == (before["status"], before["reason"])
+
+
+@pytest.mark.xdist_group("review")
 def test_accepting_settles_a_flag_and_a_lesson_score_replaces_the_sum(course, tmp_path) -> None:
     review(course, "accepted", "--accept")
     review(course, "totalled", "--total", "9.5", "--note", "partial credit by hand")

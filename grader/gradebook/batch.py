@@ -102,7 +102,6 @@ def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
                       " (override with --from if that is wrong)"))
         for note in received.notes:
             course.log(note)
-        course.handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
         if not keep_handins:  # a regrade keeps the time of the original hand-in
             try:
                 store_times(course, lesson, layout, handins, received, stamped, deadlines)
@@ -110,11 +109,15 @@ def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
                 course.log(f"note: the submission times could not be stored "
                            f"({type(error).__name__}: {inert(str(error), 200)}); no late "
                            "penalty can be computed for this batch")
-        if keep_handins:
+        course.handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
+        if keep_handins:  # and what the download said of it, its flags included
             before = course.statuses(lesson.name).get(lesson.name, {})
-            course.handins[lesson.name].update({
-                s: before[s]["handin"] for s in course.handins[lesson.name]
-                if before.get(s, {}).get("handin")})
+            for handin in handins:
+                kept = before.get(handin.student_id, {}).get("handin")
+                if kept:
+                    course.handins[lesson.name][handin.student_id] = kept
+                    handin.reasons[:0] = [r for r in kept.get("reasons") or []
+                                          if isinstance(r, str) and r not in handin.reasons]
         progress = Progress(len(handins), course.log, course.handins[lesson.name])
         stored = read_stored(course, lesson) if resume else {}
         review = (discard_overrides, by)

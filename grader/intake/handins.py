@@ -91,7 +91,8 @@ class Handin:
         """What the ledger keeps of it (JSON)."""
         return {"from": layout, "name": self.name, "late": self.late, "email": self.email,
                 "download_name": self.download_name, "remarks": self.remarks,
-                "lms_id": self.lms_id, "file_id": self.lms_file_id}
+                "lms_id": self.lms_id, "file_id": self.lms_file_id,
+                "reasons": list(self.reasons)}  # the hand-in's own flags: a regrade keeps them
 
 
 def _is_file(entry: os.DirEntry) -> bool:
