@@ -109,7 +109,8 @@ def test_student_version_has_no_solutions_and_no_hidden_tests(graded) -> None:
 def test_instructor_version_scores_full_marks(graded) -> None:
     got, maximum, status = score(graded, "instructor")
     assert maximum == sum(graded["points"].values()) > 0
-    assert (got, status) == (maximum, "graded")
+    row = graded["grades"][("instructor", graded["lesson"].name)]  # per exercise, if it fails
+    assert (got, status) == (maximum, "graded"), row
 
 
 def test_the_instructor_version_runs_clean_as_graded(graded) -> None:
