@@ -57,13 +57,15 @@ def _machine() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     folder = os.environ.get(ENV)
+    if not folder:
+        yield
+        return
     own, busy, began = _cpu(), _machine(), time.monotonic()  # CLOCK_MONOTONIC: one per machine
     yield
-    if folder:
-        line = {"test": item.nodeid, "own": round(_cpu() - own, 3), "t0": began,
-                "t1": time.monotonic(), "b0": busy, "b1": _machine()}
-        with (Path(folder) / f"worker-{os.getpid()}.jsonl").open("a") as handle:
-            handle.write(json.dumps(line) + "\n")
+    line = {"test": item.nodeid, "own": round(_cpu() - own, 3), "t0": began,
+            "t1": time.monotonic(), "b0": busy, "b1": _machine()}
+    with (Path(folder) / f"worker-{os.getpid()}.jsonl").open("a") as handle:
+        handle.write(json.dumps(line) + "\n")
 
 
 def charged(rows: list[dict]) -> None:
@@ -72,9 +74,8 @@ def charged(rows: list[dict]) -> None:
     points = sorted({(r["t0"], r["b0"]) for r in rows} | {(r["t1"], r["b1"]) for r in rows})
     for r in rows:
         r["cpu"] = 0.0
-    order = sorted(rows, key=lambda r: r["t0"])
     for (a, busy_a), (b, busy_b) in itertools.pairwise(points):
-        running = [r for r in order if r["t0"] <= a and r["t1"] >= b]
+        running = [r for r in rows if r["t0"] <= a and r["t1"] >= b]
         for r in running:
             r["cpu"] += max(0.0, busy_b - busy_a) / len(running)
 

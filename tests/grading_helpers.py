@@ -40,8 +40,17 @@ def grader_process(*args: str | Path, **popen) -> subprocess.Popen:
 IN_PROCESS = ("export", "report", "review", "deadlines", "similarity")
 
 
-def in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """``python -m grader ARGS`` in this process: its exit code, what it printed."""
+def _checked(done: subprocess.CompletedProcess[str],
+             check: bool) -> subprocess.CompletedProcess[str]:
+    if check and done.returncode != 0:
+        raise AssertionError(f"grader {done.args} exited {done.returncode}:\n"
+                             f"{done.stdout}\n{done.stderr}")
+    return done
+
+
+def in_process(*args: str | Path, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m grader ARGS`` in this process: its exit code, what it printed (with
+    ``check``, a non-zero exit fails the test)."""
     from grader.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -58,7 +67,8 @@ def in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
                 code = 1
     finally:
         signal.signal(signal.SIGTERM, handler)
-    return subprocess.CompletedProcess(list(args), code or 0, out.getvalue(), err.getvalue())
+    return _checked(subprocess.CompletedProcess([str(a) for a in args], code or 0,
+                                                out.getvalue(), err.getvalue()), check)
 
 
 def grader(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -66,14 +76,10 @@ def grader(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess
     commands of ``IN_PROCESS`` in this process, unless they regrade)."""
     words = [str(a) for a in args]
     if words and words[0] in IN_PROCESS and "--regrade" not in words:
-        done = in_process(*words)
-    else:
-        done = subprocess.run([sys.executable, "-m", "grader", *words], cwd=REPO,
-                              env=grader_env(), capture_output=True, text=True, timeout=1200)
-    if check and done.returncode != 0:
-        raise AssertionError(f"grader {args} exited {done.returncode}:\n"
-                             f"{done.stdout}\n{done.stderr}")
-    return done
+        return in_process(*words, check=check)
+    return _checked(subprocess.run([sys.executable, "-m", "grader", *words], cwd=REPO,
+                                   env=grader_env(), capture_output=True, text=True,
+                                   timeout=1200), check)
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:

@@ -85,10 +85,7 @@ submission_1003:
 def command(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """``python -m grader ARGS`` in this process (the commands that grade and render nothing:
     no new interpreter's imports)."""
-    done = in_process(*args)
-    assert done.returncode == 0, f"grader {args} exited {done.returncode}:\n{done.stdout}\n" \
-        f"{done.stderr}"
-    return done
+    return in_process(*args, check=True)
 
 
 def nbgrader(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

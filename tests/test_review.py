@@ -76,11 +76,7 @@ def command(*args: str | Path, check: bool = True) -> subprocess.CompletedProces
     """``python -m grader ARGS`` run in this process (tests/grading_helpers.py's
     ``in_process``): the commands that grade nothing. Grading and feedback run as real
     subprocesses (``grader``)."""
-    done = in_process(*args)
-    if check and done.returncode != 0:
-        raise AssertionError(f"grader {args} exited {done.returncode}:\n{done.stdout}\n"
-                             f"{done.stderr}")
-    return done
+    return in_process(*args, check=check)
 
 
 def review(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
