@@ -145,6 +145,29 @@ def test_the_grader_judges_raised_errors_by_their_built_in_class(tmp_path) -> No
                  [0.0]).visible_failures == ["x: expected ValueError, got a result"]
 
 
+def test_a_check_that_exits_or_is_interrupted_costs_that_check_and_the_probe_still_answers(
+        tmp_path) -> None:
+    """exit(), sys.exit() or a KeyboardInterrupt inside a student's function is that check's
+    failure: the probe still writes its reply, so the other checks keep what they earned."""
+    def student(kind: str) -> float:
+        if kind == "exit":
+            raise SystemExit(3)
+        if kind == "interrupt":
+            raise KeyboardInterrupt
+        return 0.5
+
+    calls = ["student('exit')", "student('ok')", "student('interrupt')", "student('ok')"]
+    reply = tmp_path / "reply"
+    exec(probe_source(calls, str(reply), "NONCE"), {"student": student})
+    [results] = parse_replies(reply.read_text(), "NONCE", len(calls))
+    assert [type(r).__name__ for r in results] == ["Failure", "float", "Failure", "float"]
+    assert results[0].raised == "SystemExit" and results[2].raised == "KeyboardInterrupt"
+    checks = [Check(c, 0.5, 0, 0, True) for c in calls]
+    verdict = judge(Exercise("student", 2.0, checks), results, partial=True)
+    assert (verdict.points, verdict.hidden_failed) == (1.0, 2)
+    assert verdict.hidden_failures[0].startswith("student('exit'): SystemExit")
+
+
 @pytest.mark.parametrize("raised", [["ValueError"], {"v": 1}, None, "open", "type", "x" * 10**4])
 def test_odd_raised_fields_from_the_kernel_score_zero(raised) -> None:
     item = {"t": "error", "v": "ValueError: no", "raised": raised}

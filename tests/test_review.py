@@ -155,6 +155,28 @@ def test_review_lists_the_flagged_submissions_with_their_reasons(course) -> None
 
 
 @pytest.mark.xdist_group("review")
+def test_review_shows_the_instructor_what_each_failed_check_said_hidden_ones_too(
+        course) -> None:
+    """The student's feedback counts the hidden checks that failed; the instructor, deciding
+    whether a zero is fair, reads what each said."""
+    from grader.content.cases.floats import CASES
+
+    hidden = str(CASES["machine_epsilon"][0])  # a hidden check the wrong epsilon fails
+    shown = review(course, "totalled").stdout
+    lines = shown.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("machine_epsilon "))
+    below = "\n".join(lines[at + 1:at + 8])
+    assert "    failed: machine_epsilon(" in below, shown
+    assert f"    failed (hidden): {hidden}: " in below, shown
+    assert "failed" not in "\n".join(line for line in lines if line.strip().startswith(
+        ("decode ", "split_bits "))), "only the exercise that lost points lists its checks"
+
+    # The graded notebook, which the feedback page shows, counts it and does not say it.
+    graded = (course / "autograded" / "totalled" / LESSON.name / NOTEBOOK).read_text()
+    assert re.search(r"\d hidden check\(s\) failed", graded) and hidden not in graded
+
+
+@pytest.mark.xdist_group("review")
 def test_the_review_command_exits_2_on_bad_input(course) -> None:
     done = grader("review", LESSON.name, "nobody", "--accept", "--course-dir", course,
                   check=False)

@@ -38,6 +38,7 @@ from grader.gradebook import times as stored_times
 from grader.gradebook.grades import _iso
 from grader.grading.autograde import Graded, grade_submission
 from grader.grading.limits import Limits
+from grader.grading.probe import exercises
 from grader.grading.processes import Cgroup
 from grader.grading.sandbox import bwrap_path
 from grader.intake import times as handin_times
@@ -189,6 +190,8 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str,
             check_space([course.root, Path(tempfile.gettempdir())])  # the disk, not the code
         return graded, digest
 
+    if pending:  # the expected values, computed once here rather than by each thread at once
+        exercises(lesson)
     stop: Unavailable | None = None
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     futures = [pool.submit(work, item) for item in pending]

@@ -224,12 +224,23 @@ def show(course, lesson: Lesson, student_id: str, history: bool = True) -> None:
             mark = "  (set)" if name in state.overrides else ""
             lines.append(f"  {name:<26} {_num(result['score']):>6} {_num(result['max_score']):>4}"
                          f" {_num(result['computed']):>9}  {passed}{mark}")
+            lines += _failed_checks(ran)
         lines += late_lines(row, "  ")
     shown = state.history if history else state.in_force
     if shown:
         lines.append("  review log:" if history else "  decisions in force:")
         lines += [f"    {d.line()}" for d in shown]
     course.log("\n".join(lines))
+
+
+def _failed_checks(ran: dict, most: int = 3) -> list[str]:
+    """What the failed checks of an exercise said, hidden ones too (the instructor sees what
+    the student's feedback only counts), a few of each."""
+    shown = [f"    failed: {inert(m, 300)}" for m in ran.get("failures", [])[:most]]
+    shown += [f"    failed (hidden): {inert(m, 300)}"
+              for m in ran.get("hidden_failures", [])[:most]]
+    more = len(ran.get("failures", [])) + int(ran.get("hidden_failed", 0) or 0) - len(shown)
+    return shown + ([f"    and {more} more"] if more > 0 else [])
 
 
 def flagged(course, lesson: Lesson) -> None:

@@ -94,7 +94,7 @@ def _ctc_probe(_ctc_namespace, _ctc_expressions, _ctc_reply, _ctc_nonce, _ctc_gi
                 results.append(encode(eval(expression, _ctc_namespace)))
             except NotImplementedError:
                 results.append({"t": "error", "v": "not implemented yet"})
-            except Exception as error:
+            except BaseException as error:  # exit() or a KeyboardInterrupt costs its check only
                 results.append(failure(error))
     except Exception as error:
         results = [failure(error)] * len(_ctc_expressions)
@@ -382,6 +382,9 @@ class Verdict:
     visible_failures: list[str]
     hidden_failed: int
     note: str = ""  # e.g. "passes with a correct `split_bits`"
+    # What each failed hidden check said: for the instructor (the ledger, review), never in
+    # the student's feedback, which counts them only.
+    hidden_failures: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         text = (f"{self.name}: {self.points:g} of {self.max_points:g} points "
@@ -398,7 +401,7 @@ def judge(exercise: Exercise, results: list[object], partial: bool = False) -> V
     the fraction of checks that passed."""
     from grader.content.notebook_checks import _difference  # loads torch: only when judging
 
-    visible_failures, hidden_failed, passed = [], 0, 0
+    visible_failures, hidden_failures, passed = [], [], 0
     for check, got in zip(exercise.checks, results, strict=True):
         if isinstance(check.expected, Raises):
             wanted = check.expected.name
@@ -417,7 +420,7 @@ def judge(exercise: Exercise, results: list[object], partial: bool = False) -> V
         if problem is None:
             passed += 1
         elif check.hidden:
-            hidden_failed += 1
+            hidden_failures.append(f"{check.expression}: {problem}"[:300])
         else:
             visible_failures.append(f"{check.expression}: {problem}"[:300])
     total = len(exercise.checks)
@@ -426,4 +429,4 @@ def judge(exercise: Exercise, results: list[object], partial: bool = False) -> V
     else:
         points = exercise.points if passed == total else 0.0
     return Verdict(exercise.name, points, exercise.points, passed, total, visible_failures,
-                   hidden_failed)
+                   len(hidden_failures), hidden_failures=hidden_failures)
