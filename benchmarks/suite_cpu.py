@@ -64,6 +64,7 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     line = {"test": item.nodeid, "own": round(_cpu() - own, 3), "t0": began,
             "t1": time.monotonic(), "b0": busy, "b1": _machine()}
+    Path(folder).mkdir(parents=True, exist_ok=True)  # the report's folder, made if new
     with (Path(folder) / f"worker-{os.getpid()}.jsonl").open("a") as handle:
         handle.write(json.dumps(line) + "\n")
 
