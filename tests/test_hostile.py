@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import html
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from tests.grading_helpers import (
     cell,
     grader,
     grader_peak_rss,
+    in_process,
     points,
     read_export,
     released_course,
@@ -568,6 +570,23 @@ def unfinished(name: str) -> Mutation:
     return mutate
 
 
+# Raises in the grader's first probe of machine_epsilon and nowhere else, as a fault of the
+# machine would (memory the kernel did not get, a signal): the second run of its checks passes.
+FAILS_FIRST_PROBE = '''import sys
+
+_first_probe = []
+
+
+def machine_epsilon(fmt):
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "_ctc_probe":
+        frame = frame.f_back
+    if frame is not None:
+        _first_probe.append(_first_probe[0] if _first_probe else frame.f_locals["_ctc_reply"])
+        if frame.f_locals["_ctc_reply"] == _first_probe[0]:
+            raise MemoryError("a fault of the machine")
+    return 2.0 ** -fmt.mantissa_bits'''
+
 STATE_CASES: list[tuple[str, Mutation, float, str | None]] = [
     ("scratch_rebinds", append("decode = None\nsplit_bits = print"), FULL, None),
     ("rebinds_stdout", append("import io, sys\nsys.stdout = io.StringIO()"), FULL, None),
@@ -576,6 +595,8 @@ STATE_CASES: list[tuple[str, Mutation, float, str | None]] = [
     ("wrong_split_bits", replace("split_bits", "def split_bits(bits, fmt):\n"
                                  "    return (0, 0, 0)"), FULL - PTS["split_bits"],
      "passes with a correct `split_bits`"),
+    ("fails_first_probe", replace("machine_epsilon", FAILS_FIRST_PROBE), FULL,
+     "its checks passed when they ran a second time"),
 ]
 
 
@@ -604,6 +625,13 @@ def test_each_exercise_is_judged_where_its_checks_ran_and_costs_its_own_points_o
         page = (state_batch["course"] / "feedback" / student / LESSON.name
                 / f"{LESSON.notebook_id}.html").read_text()
         assert note.replace("`", "&#96;") in page or note in page
+    if student == "fails_first_probe":  # what the first run said, for the instructor alone
+        first = state_batch["status"][student]["exercises"]["machine_epsilon"]["first_run"]
+        assert first and all("a fault of the machine" in m for m in first), first
+        assert "MemoryError: a fault of the machine" not in html.unescape(page)
+        shown = in_process("review", LESSON.name, student, "--course-dir", state_batch["course"],
+                           check=True).stdout
+        assert "failed on the first run, passed on the second: machine_epsilon(" in shown, shown
 
 
 def test_only_an_attempted_exercise_is_judged_again() -> None:

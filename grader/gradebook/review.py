@@ -240,7 +240,9 @@ def _failed_checks(ran: dict, most: int = 3) -> list[str]:
     shown += [f"    failed (hidden): {inert(m, 300)}"
               for m in ran.get("hidden_failures", [])[:most]]
     more = len(ran.get("failures", [])) + int(ran.get("hidden_failed", 0) or 0) - len(shown)
-    return shown + ([f"    and {more} more"] if more > 0 else [])
+    shown += [f"    and {more} more"] if more > 0 else []
+    return shown + [f"    failed on the first run, passed on the second: {inert(m, 300)}"
+                    for m in ran.get("first_run", [])[:most]]
 
 
 def flagged(course, lesson: Lesson) -> None:

@@ -138,7 +138,8 @@ def ledger_row(course, lesson: Lesson, graded: Graded) -> dict:
                                "passed": v.passed, "total": v.total, "note": v.note,
                                "failures": v.visible_failures[:10],
                                "hidden_failed": v.hidden_failed,
-                               "hidden_failures": v.hidden_failures[:10]}
+                               "hidden_failures": v.hidden_failures[:10],
+                               "first_run": v.first_run[:10]}
                       for v in graded.verdicts}}
     handin = course.handins.get(lesson.name, {}).get(graded.student_id)
     if handin:

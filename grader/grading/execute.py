@@ -2,12 +2,14 @@
 
 The notebook's cells run top to bottom. Right after an exercise's test cell has run, the grader
 probes that exercise (grader/grading/probe.py) and judges it: later cells, a scratch cell that
-rebinds a
-name, a slow demo or a time limit further down cannot change its points. An exercise whose
-checks fail only because an earlier graded function it builds on is wrong is judged again, in a
-kernel of its own that runs the notebook up to its checks, receives the course's version of
-that function, and is thrown away; it keeps its points if it then passes (the earlier one has
-been judged by then; its points are not given back).
+rebinds a name, a slow demo or a time limit further down cannot change its points. An exercise
+that loses points there has its checks run once more at the same point, and the better run
+counts: a failure that does not come back was the machine's or the grader's, not the code's
+(the instructor still reads what the first run said). An exercise whose checks fail only
+because an earlier graded function it builds on is wrong is judged again, in a kernel of its
+own that runs the notebook up to its checks, receives the course's version of that function,
+and is thrown away; it keeps its points if it then passes (the earlier one has been judged by
+then; its points are not given back).
 
 A cell that runs past its time limit or kills the kernel does not cost the student what came
 before or after it: the kernel is started again, the cells run again without that one (it gets
@@ -97,10 +99,10 @@ def _note(cell: NotebookNode, text: str) -> None:
 
 
 class Judging:
-    """Verdicts from a probe's replies, and judging again, in a kernel of its own, an exercise
-    that failed where an earlier one it builds on failed too: the notebook runs up to its
-    checks, receives the course's version of the earlier ones, and the checks run again (a
-    part of ``Grading``)."""
+    """Verdicts from a probe's replies; a second run of the checks of an exercise that lost
+    points; and judging again, in a kernel of its own, an exercise that failed where an earlier
+    one it builds on failed too: the notebook runs up to its checks, receives the course's
+    version of the earlier ones, and the checks run again (a part of ``Grading``)."""
 
     def verdict(self, exercise: Exercise, bodies: list[str]) -> Verdict:
         verdict, more = verdict_from_replies(exercise, bodies, self.partial)
@@ -136,6 +138,20 @@ class Judging:
                   and self.verdicts[d].points < self.by_name[d].points]
         if verdict.points < exercise.points and failed and not unattempted(self.nb, exercise):
             self.rejudge[exercise.name] = (index, failed)
+
+    async def _probe_again(self, client: LimitedClient, km: SandboxKernelManager, private: str,
+                           exercise: Exercise, first: Verdict) -> Verdict:
+        """An exercise that lost points has its checks run once more, in the same kernel at the
+        same point: what a second run of the same calls does not repeat was not the code's doing
+        (a fault of the machine or of the grader), and honest work must not pay for it. Points
+        come only from one run in which the checks pass, so the better run counts; it says so,
+        and the instructor reads what the first run's failed checks said."""
+        again = self.verdict(exercise, await self._probe(client, km, private, exercise))
+        if again.points <= first.points:
+            return first
+        return replace(again, note="; ".join(filter(None, [
+            again.note, "its checks passed when they ran a second time"])),
+            first_run=[*first.visible_failures, *first.hidden_failures])
 
     async def replay(self, exercise: Exercise, index: int, failed: list[Exercise],
                      ) -> Verdict | None:
@@ -312,6 +328,8 @@ class Grading(Judging):
             self.replies[exercise.name] = bodies
             return
         verdict = self.verdict(exercise, bodies)
+        if verdict.points < exercise.points and not unattempted(self.nb, exercise):
+            verdict = await self._probe_again(client, km, private, exercise, verdict)
         self.due_again(exercise, verdict, index)
         self.verdicts[exercise.name] = verdict
 

@@ -312,6 +312,10 @@ def exercises(lesson: Lesson) -> tuple[Exercise, ...]:
     computed here from the reference code (never in a student's kernel)."""
     import torch  # here, not above: the commands that grade nothing never load it
 
+    # What judge() compares with, imported now: a batch computes this before its threads start,
+    # so that no two threads import the same modules at once.
+    import grader.content.notebook_checks  # noqa: F401
+
     nb = nbformat.read(lesson.notebook, as_version=4)
     module = importlib.import_module(lesson.module)
     cases = importlib.import_module(lesson.cases).CASES
@@ -385,6 +389,8 @@ class Verdict:
     # What each failed hidden check said: for the instructor (the ledger, review), never in
     # the student's feedback, which counts them only.
     hidden_failures: list[str] = field(default_factory=list)
+    # Where the checks passed only when they ran again: what the first run's failures said.
+    first_run: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         text = (f"{self.name}: {self.points:g} of {self.max_points:g} points "
