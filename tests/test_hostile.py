@@ -587,6 +587,11 @@ def machine_epsilon(fmt):
             raise MemoryError("a fault of the machine")
     return 2.0 ** -fmt.mantissa_bits'''
 
+# Raises in the first probe, ends the kernel in the second: the first run's result stands.
+STOPS_IN_SECOND_PROBE = FAILS_FIRST_PROBE.replace(
+    'raise MemoryError("a fault of the machine")',
+    'raise MemoryError("a fault of the machine")\n        import os\n        os._exit(1)')
+
 STATE_CASES: list[tuple[str, Mutation, float, str | None]] = [
     ("scratch_rebinds", append("decode = None\nsplit_bits = print"), FULL, None),
     ("rebinds_stdout", append("import io, sys\nsys.stdout = io.StringIO()"), FULL, None),
@@ -597,6 +602,8 @@ STATE_CASES: list[tuple[str, Mutation, float, str | None]] = [
      "passes with a correct `split_bits`"),
     ("fails_first_probe", replace("machine_epsilon", FAILS_FIRST_PROBE), FULL,
      "its checks passed when they ran a second time"),
+    ("stops_in_second_probe", replace("machine_epsilon", STOPS_IN_SECOND_PROBE),
+     FULL - PTS["machine_epsilon"], None),
 ]
 
 
@@ -632,6 +639,11 @@ def test_each_exercise_is_judged_where_its_checks_ran_and_costs_its_own_points_o
         shown = in_process("review", LESSON.name, student, "--course-dir", state_batch["course"],
                            check=True).stdout
         assert "failed on the first run, passed on the second: machine_epsilon(" in shown, shown
+    if student == "stops_in_second_probe":  # judged once, flagged, the rest of the notebook run
+        record = state_batch["status"][student]
+        assert record["status"] == "needs_review", record
+        assert "second run did not finish" in record["reason"], record
+        assert record["exercises"]["machine_epsilon"]["hidden_failed"] > 0, record
 
 
 def test_only_an_attempted_exercise_is_judged_again() -> None:

@@ -146,7 +146,14 @@ class Judging:
         (a fault of the machine or of the grader), and honest work must not pay for it. Points
         come only from one run in which the checks pass, so the better run counts; it says so,
         and the instructor reads what the first run's failed checks said."""
-        again = self.verdict(exercise, await self._probe(client, km, private, exercise))
+        try:
+            bodies = await self._probe(client, km, private, exercise, record=False)
+        except KernelLost:  # the second run hung or killed the kernel: the first one stands
+            self.verdicts[exercise.name] = first
+            self.event(f"checks of {exercise.name}: their second run did not finish (a time "
+                       "limit, or the kernel stopped); the first run's result stands")
+            raise
+        again = self.verdict(exercise, bodies)
         if again.points <= first.points:
             return first
         return replace(again, note="; ".join(filter(None, [
