@@ -384,13 +384,16 @@ class Verdict:
     passed: int
     total: int
     visible_failures: list[str]
-    hidden_failed: int
-    note: str = ""  # e.g. "passes with a correct `split_bits`"
     # What each failed hidden check said: for the instructor (the ledger, review), never in
     # the student's feedback, which counts them only.
-    hidden_failures: list[str] = field(default_factory=list)
+    hidden_failures: list[str]
+    note: str = ""  # e.g. "passes with a correct `split_bits`"
     # Where the checks passed only when they ran again: what the first run's failures said.
     first_run: list[str] = field(default_factory=list)
+
+    @property
+    def hidden_failed(self) -> int:
+        return len(self.hidden_failures)
 
     def summary(self) -> str:
         text = (f"{self.name}: {self.points:g} of {self.max_points:g} points "
@@ -435,4 +438,4 @@ def judge(exercise: Exercise, results: list[object], partial: bool = False) -> V
     else:
         points = exercise.points if passed == total else 0.0
     return Verdict(exercise.name, points, exercise.points, passed, total, visible_failures,
-                   len(hidden_failures), hidden_failures=hidden_failures)
+                   hidden_failures)
