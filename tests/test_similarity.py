@@ -121,11 +121,17 @@ PLANTED = "    scratch_total = 918273 * 5647382 + len(str(1029384)) - 5647\n"
 
 
 def own_work(nb, marker: int):
-    """The reference solution with a line of the student's own in every answer cell."""
+    """The reference solution with a line of the student's own in every answer cell that
+    defines something, at the top of its solution (so the code still runs and earns its
+    points: a class's cell too, whose first line is a decorator)."""
+    begin = "### BEGIN SOLUTION\n"
     for c in nb.cells:
-        if c.metadata.get("nbgrader", {}).get("solution") and "def " in c.source:
-            head, _, body = c.source.partition("\n")
-            c.source = f"{head}\n    mine_{marker} = {marker} * 7919 + {marker * 31} - 1\n{body}"
+        if c.metadata.get("nbgrader", {}).get("solution") and "def " in c.source \
+                and begin in c.source:
+            head, body = c.source.split(begin, 1)
+            indent = head.rsplit("\n", 1)[-1]
+            c.source = (f"{head}{begin}{indent}mine_{marker} = {marker} * 7919 + {marker * 31}"
+                        f" - 1\n{body}")
     return nb
 
 
@@ -227,6 +233,22 @@ def test_a_renamed_copy_is_listed_and_honest_work_is_not(course) -> None:
     assert "hints for a human, not findings" in done.stdout
     assert "A hint for a human, not a finding" in page
     assert "<mark>" in page and "tally" in page and "scratch_total" in page
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("similarity")
+def test_the_class_is_graded_as_written(course) -> None:
+    """Each own-work notebook runs and earns every point (a line of one's own that broke the
+    code once cost them all and half a minute of replays each), the untouched one none."""
+    import json
+
+    from tests.grading_helpers import points
+
+    status = json.loads((course / "grading_status.json").read_text())[LESSON.name]
+    full = sum(points(read_notebook(LESSON.notebook)).values())
+    earned = {s: sum(e["points"] for e in v["exercises"].values()) for s, v in status.items()}
+    assert earned == {"honest": full, "copier": full, "other": full, "twin_a": full,
+                      "twin_b": full, "untouched": 0.0}, earned
 
 
 @pytest.mark.slow

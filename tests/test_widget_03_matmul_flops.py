@@ -14,7 +14,15 @@ import pytest
 from grader.content.lessons import load_lesson
 from solutions.flops import arithmetic_intensity, matmul_bytes, matmul_flops, ridge_point, roofline
 from solutions.hardware import load_hardware
-from tests.test_browser import CHROMIUM, KERNEL_STATUS, SCREENSHOTS, error_texts, lab_over, run_all
+from tests.test_browser import (
+    CHROMIUM,
+    KERNEL_STATUS,
+    SCREENSHOTS,
+    assert_every_plot_fits,
+    error_texts,
+    lab_over,
+    run_all,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-03"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
@@ -52,11 +60,22 @@ def bf16_intensity(m: int, k: int, n: int, bytes_per_element: int = 2) -> float:
     return arithmetic_intensity(matmul_flops(m, k, n), matmul_bytes(m, k, n, bytes_per_element))
 
 
-def test_moving_the_explorers_controls_shows_what_the_reference_functions_give(lab) -> None:
+@pytest.fixture(scope="module")
+def page(lab):
+    """The instructor version, run top to bottom in a 1280×720 window: no error on the page."""
     base, token, browser = lab
     page = run_all(browser, base, token, "instructor", "widget-03-run-all",
                    notebook=LESSON.notebook.name, viewport=(1280, 720))
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
+    return page
+
+
+def test_every_plot_fits_a_1280_by_720_window(page) -> None:
+    """The lesson's plots as JupyterLab shows them (see tests/test_browser.py)."""
+    assert_every_plot_fits(page, LESSON)
+
+
+def test_moving_the_explorers_controls_shows_what_the_reference_functions_give(page) -> None:
     page.locator(".ctc-readout .ctc-intensity").wait_for(timeout=60_000)
     page.locator(".ctc-readout").scroll_into_view_if_needed()
     h100, a100 = HARDWARE["H100 SXM"], HARDWARE["A100 SXM 80GB"]

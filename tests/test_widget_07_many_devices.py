@@ -14,7 +14,14 @@ import pytest
 
 from grader.content.lessons import load_lesson
 from solutions.parallel_plan import parallel_plan
-from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
+from tests.test_browser import (
+    CHROMIUM,
+    SCREENSHOTS,
+    assert_every_plot_fits,
+    error_texts,
+    lab_over,
+    run_all,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-07"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
@@ -56,11 +63,22 @@ def wait_for(page, expected: int, timeout: float = 30) -> int:
     return shown_total(page)
 
 
-def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
+@pytest.fixture(scope="module")
+def page(lab):
+    """The instructor version, run top to bottom in a 1280×720 window: no error on the page."""
     base, token, browser = lab
     page = run_all(browser, base, token, "instructor", "widget-07",
-                   notebook=LESSON.notebook.name)
+                   notebook=LESSON.notebook.name, viewport=(1280, 720))
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
+    return page
+
+
+def test_every_plot_fits_a_1280_by_720_window(page) -> None:
+    """The lesson's plots as JupyterLab shows them (see tests/test_browser.py)."""
+    assert_every_plot_fits(page, LESSON)
+
+
+def test_moving_the_explorers_controls_shows_the_reference_plan(page) -> None:
     panel = page.locator(".ctc-plan")
     panel.wait_for(timeout=60_000)
     panel.scroll_into_view_if_needed()
