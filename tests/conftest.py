@@ -1,4 +1,4 @@
-"""Hypothesis profiles, and a guard on how the tests are spread over workers.
+"""Hypothesis profiles, and how the tests are ordered and spread over workers.
 
 ``make test`` (and CI) uses ``repeatable``: the property tests draw the same examples on every run,
 so a test run's result does not depend on luck. ``HYPOTHESIS_PROFILE=explore make test`` draws
@@ -16,6 +16,16 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
+def slow_first(items: list[pytest.Item]) -> None:
+    """The slow tests first, in their order, then the rest: under ``--dist loadgroup``
+    pytest-xdist hands out work units (an ``xdist_group``, or a test alone) largest first by
+    their count of tests and else in this order, and gives each worker a few units ahead. With
+    the explorers' browser tests (a unit of one or two tests, 15-20 s each) collected last, the
+    last three sat queued on one worker while the other, done with its quick tests, stood idle
+    for 40 s at the end of the run. A stable sort: the tests of one group keep their order."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``-n 2 --dist loadgroup`` (``make test``), pytest-xdist sends the tests of one
@@ -23,6 +33,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     submissions) runs once. It marks them by appending ``@group`` to their node ids, which pytest
     9.2 silently ignores (pytest-xdist#1386): every worker then grades every batch, and the suite
     takes about twice as long. Say so."""
+    slow_first(items)
     if not getattr(config.option, "loadgroup", False):  # set on xdist's workers only
         return
     if any(item.get_closest_marker("xdist_group") and "@" not in item.nodeid for item in items):
