@@ -33,11 +33,16 @@ def grader_process(*args: str | Path, **popen) -> subprocess.Popen:
                             env=grader_env(), **popen)
 
 
-# The commands that neither grade nor run a notebook nor render one: ``grader`` runs them in
-# the test's own process (``main``, as ``python -m grader`` calls it), without a new
-# interpreter's second or two of imports each; test_layers checks that they load no torch.
-# Everything else runs as an instructor runs it, in a process of its own.
-IN_PROCESS = ("export", "report", "review", "deadlines", "similarity")
+# ``grader`` runs a command in the test's own process (``main``, as ``python -m grader`` calls
+# it, with the instructor's PATH), so that a test worker pays the grader's imports once (torch
+# and nbgrader: about 2.5 CPU s a process) rather than once per command, a few hundred CPU
+# seconds a run. Kernels, sandboxes and servers are processes of their own either way. These
+# run as an instructor runs them, in a process of their own: the commands that serve or watch
+# (lab, progress, demo, a worker) and grading on workers (``--broker``). Grading in a process of
+# its own stays tested too: tests/test_faults.py (killed at its worst moments),
+# tests/test_distributed.py (graders and workers side by side), test_hostile.py's peak memory
+# and refusal without bubblewrap, and test_layers' imports.
+OWN_PROCESS = ("lab", "progress", "demo", "worker")
 
 
 def _checked(done: subprocess.CompletedProcess[str],
@@ -55,6 +60,8 @@ def in_process(*args: str | Path, check: bool = False) -> subprocess.CompletedPr
 
     out, err = io.StringIO(), io.StringIO()
     handler = signal.getsignal(signal.SIGTERM)  # main() sets its own: the worker's comes back
+    path = os.environ.get("PATH")
+    os.environ["PATH"] = grader_env()["PATH"]
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -67,15 +74,19 @@ def in_process(*args: str | Path, check: bool = False) -> subprocess.CompletedPr
                 code = 1
     finally:
         signal.signal(signal.SIGTERM, handler)
+        if path is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = path
     return _checked(subprocess.CompletedProcess([str(a) for a in args], code or 0,
                                                 out.getvalue(), err.getvalue()), check)
 
 
 def grader(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m grader ARGS`` as an instructor would, from the repository root (the
-    commands of ``IN_PROCESS`` in this process, unless they regrade)."""
+    """Run ``python -m grader ARGS`` as an instructor would, from the repository root: in this
+    process, but for the commands of ``OWN_PROCESS`` and grading on workers."""
     words = [str(a) for a in args]
-    if words and words[0] in IN_PROCESS and "--regrade" not in words:
+    if words and words[0] not in OWN_PROCESS and "--broker" not in words:
         return in_process(*words, check=check)
     return _checked(subprocess.run([sys.executable, "-m", "grader", *words], cwd=REPO,
                                    env=grader_env(), capture_output=True, text=True,

@@ -83,8 +83,8 @@ submission_1003:
 
 
 def command(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """``python -m grader ARGS`` in this process (the commands that grade and render nothing:
-    no new interpreter's imports)."""
+    """``python -m grader ARGS`` in this process (no new interpreter's imports), its exit
+    status checked."""
     return in_process(*args, check=True)
 
 

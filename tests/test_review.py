@@ -74,8 +74,7 @@ def course(tmp_path_factory, shared_tmp):
 
 def command(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     """``python -m grader ARGS`` run in this process (tests/grading_helpers.py's
-    ``in_process``): the commands that grade nothing. Grading and feedback run as real
-    subprocesses (``grader``)."""
+    ``in_process``), as ``grader`` runs most commands."""
     return in_process(*args, check=check)
 
 
