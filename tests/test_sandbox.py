@@ -113,3 +113,43 @@ def test_student_code_is_limited_and_offline(tmp_path) -> None:
     if os.geteuid() == 0:  # processes are limited per uid, and only a root grader owns one
         assert report["uid"] >= 64000
         assert report["forks"][0] < 64 and report["forks"][1] == "BlockingIOError"
+
+
+FONTS = r"""
+import json, os, subprocess
+ran = []
+real_run = subprocess.run
+def watched(*args, **kwargs):
+    ran.append(str(args[0][0] if args and args[0] else ""))
+    return real_run(*args, **kwargs)
+subprocess.run = watched
+subprocess.check_output = lambda *args, **kwargs: ran.append(str(args[0][0])) or b""
+import matplotlib.font_manager as fm
+folder = os.environ["MPLCONFIGDIR"]
+report = {"fonts": len(fm.fontManager.ttflist), "ran": ran, "listed": sorted(os.listdir(folder))}
+for name in report["listed"]:
+    try:
+        open(os.path.join(folder, name), "a").close()
+        report["change " + name] = "changed"
+    except OSError as error:
+        report["change " + name] = type(error).__name__
+with open(os.path.join(folder, "mine"), "w") as handle:
+    handle.write("x")
+report["own file"] = "written"
+print(json.dumps(report))
+"""
+
+
+def test_matplotlib_finds_the_machines_font_list_ready_and_cannot_change_it(tmp_path) -> None:
+    """The list is made once by the grader (grader/grading/sandbox.py, matplotlib_fonts): a
+    kernel neither runs fc-list nor reads every font file again, its MPLCONFIGDIR stays its own
+    to write in, and the shared list is read-only."""
+    from grader.grading.sandbox import matplotlib_fonts
+
+    if matplotlib_fonts() is None:
+        pytest.skip("matplotlib could not list this machine's fonts")
+    report = run_in_sandbox(tmp_path, FONTS)
+    assert report["fonts"] > 0 and report["ran"] == [], report
+    lists = [name for name in report["listed"] if name.startswith("fontlist-")]
+    assert lists and all(report["change " + name] != "changed" for name in lists), report
+    assert report["own file"] == "written"
