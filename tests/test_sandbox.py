@@ -153,3 +153,35 @@ def test_matplotlib_finds_the_machines_font_list_ready_and_cannot_change_it(tmp_
     lists = [name for name in report["listed"] if name.startswith("fontlist-")]
     assert lists and all(report["change " + name] != "changed" for name in lists), report
     assert report["own file"] == "written"
+
+
+def test_a_process_that_grades_many_keeps_no_kernels_resources() -> None:
+    """Each kernel's zmq context (an I/O thread, sockets and a dozen descriptors) is closed
+    with the kernel: a grader that kept them ran out of file descriptors a few hundred
+    submissions into a class (13 descriptors and a thread a kernel)."""
+    import asyncio
+    import threading
+
+    import nbformat
+
+    from grader.grading.kernel import Clock, Kernels
+
+    limits = Limits(cell_seconds=60, notebook_seconds=120)
+
+    async def run_a_cell(uid: int | None) -> None:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 6 * 7\nx")])
+        kernels = Kernels([], uid, limits, True, Clock(limits), lambda _: None)
+        async with kernels.open(nb, first=True) as (client, _, _):
+            await client.async_execute_cell(nb.cells[0], 0)
+        assert nb.cells[0].outputs[0]["data"]["text/plain"] == "42"
+
+    def counts() -> tuple[int, int]:
+        return len(os.listdir("/proc/self/fd")), threading.active_count()
+
+    with sandbox_uid() as uid:
+        asyncio.run(run_a_cell(uid))  # the first loads what stays (modules, zmq's own)
+        before = counts()
+        for _ in range(3):
+            asyncio.run(run_a_cell(uid))
+        after = counts()
+    assert after[0] <= before[0] + 2 and after[1] <= before[1], (before, after)

@@ -206,6 +206,15 @@ class Kernels:
             km.kill_everything()
             with contextlib.suppress(Exception):
                 await km.shutdown_kernel(now=True)
+            # The client's channels and the manager's zmq context (its sockets, an I/O thread
+            # and a dozen descriptors), which the shutdown above leaves open when the kernel is
+            # dead already: else a process that grades a class keeps one set per kernel it
+            # started and runs out of file descriptors after a few hundred.
+            with contextlib.suppress(Exception):
+                if client.kc is not None:
+                    client.kc.stop_channels()
+            if not km.context.closed:
+                km.context.destroy(linger=0)
             if write_end >= 0:
                 os.close(write_end)
             if cgroup is not None:
