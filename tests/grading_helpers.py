@@ -86,7 +86,7 @@ def grader(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess
     """Run ``python -m grader ARGS`` as an instructor would, from the repository root: in this
     process, but for the commands of ``OWN_PROCESS`` and grading on workers."""
     words = [str(a) for a in args]
-    if words and words[0] not in OWN_PROCESS and "--broker" not in words:
+    if words and not set(words) & {*OWN_PROCESS, "--broker"}:
         return in_process(*words, check=check)
     return _checked(subprocess.run([sys.executable, "-m", "grader", *words], cwd=REPO,
                                    env=grader_env(), capture_output=True, text=True,
