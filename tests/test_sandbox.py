@@ -146,7 +146,7 @@ def test_matplotlib_finds_the_machines_font_list_ready_and_cannot_change_it(tmp_
     to write in, and the shared list is read-only."""
     from grader.grading.sandbox import matplotlib_fonts
 
-    if matplotlib_fonts() is None:
+    if not matplotlib_fonts():
         pytest.skip("matplotlib could not list this machine's fonts")
     report = run_in_sandbox(tmp_path, FONTS)
     assert report["fonts"] > 0 and report["ran"] == [], report

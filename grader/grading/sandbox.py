@@ -99,15 +99,16 @@ def _parents(path: Path) -> list[Path]:
     return [p for p in reversed(path.parents) if p != Path("/")]
 
 
+MPLCONFIGDIR = "/tmp/matplotlib"  # matplotlib's folder in the sandbox (its fresh /tmp)
 _FONTS_LOCK = threading.Lock()
-_fonts: list[Path | None] = []
+_fonts: list[tuple[Path, ...]] = []
 
 
-def matplotlib_fonts() -> Path | None:
+def matplotlib_fonts() -> tuple[Path, ...]:
     """matplotlib's list of the machine's fonts (``fontlist-*.json``), made once per grading
     process in a folder of its own and shown read-only to every kernel: else each kernel, in a
     fresh ``/tmp``, runs fc-list and reads every font file again (a tenth of a CPU second a
-    submission, more where many fonts are installed). None where it cannot be made: the
+    submission, more where many fonts are installed). Empty where it cannot be made: the
     kernels then make their own, as before."""
     with _FONTS_LOCK:
         if not _fonts:
@@ -119,13 +120,13 @@ def matplotlib_fonts() -> Path | None:
                                     "MPLCONFIGDIR": str(folder), "HOME": str(folder)},
                                stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
                                check=True)
-                found = sorted(folder.glob("fontlist-*.json"))
+                found = tuple(sorted(folder.glob("fontlist-*.json")))
             except (OSError, subprocess.SubprocessError):
-                found = []
+                found = ()
             for file in found:
                 file.chmod(0o644)
             folder.chmod(0o755)
-            _fonts.append(folder if found else None)
+            _fonts.append(found)
         return _fonts[0]
 
 
@@ -160,10 +161,10 @@ def sandbox_argv(kernel_argv: list[str], readable: list[Path], work_dir: Path, f
              "--size", str(limits.private_bytes), "--perms", "01777", "--tmpfs", PRIVATE_DIR]
     made.update({Path("/tmp"), Path("/run"), Path(PRIVATE_DIR)})
     fonts = matplotlib_fonts()
-    if fonts is not None:  # MPLCONFIGDIR: writable, with the font list ready in it
-        argv += ["--perms", "01777", "--dir", "/tmp/matplotlib"]
-        for file in sorted(fonts.glob("fontlist-*.json")):
-            argv += ["--ro-bind", str(file), f"/tmp/matplotlib/{file.name}"]
+    if fonts:  # MPLCONFIGDIR: writable, with the font list ready in it
+        argv += ["--perms", "01777", "--dir", MPLCONFIGDIR]
+        for file in fonts:
+            argv += ["--ro-bind", str(file), f"{MPLCONFIGDIR}/{file.name}"]
     for root in _python_roots():
         if str(root).startswith("/usr/"):  # bound already
             continue
@@ -185,7 +186,7 @@ def sandbox_argv(kernel_argv: list[str], readable: list[Path], work_dir: Path, f
         argv += ["--ro-bind", str(file), str(work_dir / file.name)]
     env = {
         "HOME": "/tmp", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "MPLCONFIGDIR": "/tmp/matplotlib", "IPYTHONDIR": "/tmp/ipython",
+        "MPLCONFIGDIR": MPLCONFIGDIR, "IPYTHONDIR": "/tmp/ipython",
         "NBGRADER_EXECUTION": "autograde", "PYTHONDONTWRITEBYTECODE": "1",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8",
         "PYTHONNOUSERSITE": "1",
