@@ -231,6 +231,17 @@ def answered(student: nbformat.NotebookNode, lesson) -> nbformat.NotebookNode:
     return nb
 
 
+BEGIN_SOLUTION = "### BEGIN SOLUTION\n"
+
+
+def at_solution_top(source: str, *lines: str) -> str:
+    """An answer cell's ``source`` with ``lines`` of the student's own first in its solution,
+    at the solution's indentation (a function's body, a class's)."""
+    head, body = source.split(BEGIN_SOLUTION, 1)
+    indent = head.rsplit("\n", 1)[-1]
+    return head + BEGIN_SOLUTION + "".join(f"{indent}{line}\n" for line in lines) + body
+
+
 def graded_prediction(lesson) -> str:
     """The name of the lesson's graded prediction (each lesson has one)."""
     [name] = [c.metadata.nbgrader.grade_id for c in read_notebook(lesson.notebook).cells

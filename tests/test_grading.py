@@ -21,6 +21,7 @@ import pytest
 from grader.content.lessons import all_lessons
 from tests.grading_helpers import (
     WRONG_ANSWERS,
+    at_solution_top,
     cell,
     grader,
     points,
@@ -67,11 +68,9 @@ def graded(request, tmp_path_factory, shared_tmp):
     name, source = WRONG_ANSWERS[lesson.name]
     cell(wrong, name).source = source
     target = cell(wrong, NOISY[lesson.name])
-    marker = "### BEGIN SOLUTION\n"
-    indent = target.source.split(marker)[0].rsplit("\n", 1)[1]
-    target.source = target.source.replace(marker, marker + indent + "import sys, warnings\n"
-                                          + indent + "print('debug output', file=sys.stderr)\n"
-                                          + indent + "warnings.warn('a harmless warning')\n", 1)
+    target.source = at_solution_top(target.source, "import sys, warnings",
+                                    "print('debug output', file=sys.stderr)",
+                                    "warnings.warn('a harmless warning')")
     submit(submissions, "one_wrong", wrong, lesson.notebook.name)
 
     done = grader("autograde", lesson.name, submissions, "--course-dir", course)

@@ -28,7 +28,15 @@ from grader.outputs.similarity import (
     identical_groups,
     kgram_hashes,
 )
-from tests.grading_helpers import cell, grader, read_notebook, released_course, submit
+from tests.grading_helpers import (
+    BEGIN_SOLUTION,
+    at_solution_top,
+    cell,
+    grader,
+    read_notebook,
+    released_course,
+    submit,
+)
 from tests.test_review import command
 
 LESSON = load_lesson("01_float_formats")
@@ -124,14 +132,11 @@ def own_work(nb, marker: int):
     """The reference solution with a line of the student's own in every answer cell that
     defines something, at the top of its solution (so the code still runs and earns its
     points: a class's cell too, whose first line is a decorator)."""
-    begin = "### BEGIN SOLUTION\n"
     for c in nb.cells:
         if c.metadata.get("nbgrader", {}).get("solution") and "def " in c.source \
-                and begin in c.source:
-            head, body = c.source.split(begin, 1)
-            indent = head.rsplit("\n", 1)[-1]
-            c.source = (f"{head}{begin}{indent}mine_{marker} = {marker} * 7919 + {marker * 31}"
-                        f" - 1\n{body}")
+                and BEGIN_SOLUTION in c.source:
+            c.source = at_solution_top(c.source,
+                                       f"mine_{marker} = {marker} * 7919 + {marker * 31} - 1")
     return nb
 
 
