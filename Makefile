@@ -58,7 +58,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 lab: $(VENV)/.installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader lab
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader lab $(if $(STUDENT),--student '$(STUDENT)') $(if $(CODE),--code '$(CODE)')
 
 lab-smoke: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader lab --smoke --workspace build/smoke-workspace

@@ -41,7 +41,10 @@ python -m grader review LESSON [STUDENT]          flagged submissions; one stude
                  [--accept | --set EXERCISE=POINTS | --total POINTS] [--note TEXT]
                  [--clear EXERCISE] [--clear-total] [--regrade] [--by NAME]
                  [--accept-all --reason TEXT]     accept every open flag for that reason
+python -m grader variants [STUDENT ...]           each student's code: their own numbers in
+                                                  a lab on their own machine
 python -m grader lab [--smoke] [--reset LESSON]   the student workspace in JupyterLab
+                 [--student ID [--code CODE]]     your own numbers (set once)
 python -m grader progress [LESSON ...]            which of your exercises pass their checks
 python -m grader demo LESSON [--fresh]            a lesson's instructor version, for class
 python -m grader worker --broker URL             run submissions sent by autograde --broker
@@ -260,6 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--port", type=int, default=0, help="port (default: any free one)")
     lab.add_argument("--reset", nargs="+", default=[], metavar="LESSON",
                      help="set your copy of LESSON aside (renamed, not deleted) and start again")
+    lab.add_argument("--student", metavar="ID",
+                     help="your student id, as your course knows it: the graded predictions "
+                          "ask about your own numbers (remembered: set it once)")
+    lab.add_argument("--code", metavar="CODE",
+                     help="on a machine of your own: the code your instructor gave you "
+                          "(python -m grader variants), which carries your numbers")
+    variants = commands.add_parser("variants", parents=[common],
+                                   help="each student's code for a lab on their own machine")
+    variants.add_argument("students", nargs="*", metavar="STUDENT",
+                          help="(default: every student of the gradebook)")
 
     progress = commands.add_parser("progress", parents=[common],
                                    help="which exercises of your workspace pass their checks")
@@ -405,7 +418,9 @@ def run(args: argparse.Namespace) -> int:
         report(course, load_lesson(args.lesson))
         return 0
     if args.command == "review":
-        return review_command(course, args)
+        from grader.gradebook.review import command
+
+        return command(course, load_lesson(args.lesson), args)
     if args.command == "similarity":
         from grader.outputs.similarity import similarity
 
@@ -435,53 +450,19 @@ def run(args: argparse.Namespace) -> int:
         from grader.lab.server import lab
 
         return lab(course, args.workspace, smoke=args.smoke, port=args.port,
-                   reset=lesson_names(args.reset) if args.reset else [])
+                   reset=lesson_names(args.reset) if args.reset else [], student=args.student,
+                   code=args.code)
+    if args.command == "variants":
+        from grader.gradebook.coursedir import student_codes
+
+        for student, code in student_codes(course, args.students):
+            print(f"{student}\t{code}")
+        return 0
     if args.command == "progress":
         from grader.lab.progress import progress
-        from grader.lab.server import DEFAULT_WORKSPACE
+        from grader.lab.server import DEFAULT_WORKSPACE, workspace_variants
 
-        return progress((args.workspace or DEFAULT_WORKSPACE).resolve(),
-                        lesson_names(args.lessons))
+        workspace = (args.workspace or DEFAULT_WORKSPACE).resolve()
+        return progress(workspace, lesson_names(args.lessons),
+                        env=workspace_variants(course, workspace))
     raise AssertionError(args.command)
-
-
-def review_command(course, args: argparse.Namespace) -> int:
-    """``review``: list the flagged, show a student, or record a decision."""
-    from grader.gradebook import review
-
-    lesson = load_lesson(args.lesson)
-    decision = bool(args.accept or args.set or args.total is not None or args.clear
-                    or args.clear_total or args.note is not None)
-    regrade_only = (args.discard_overrides, args.no_sandbox, args.partial_credit)
-    if args.accept_all or args.reason is not None:
-        if args.student is not None or not args.accept_all or not (args.reason or "").strip() \
-                or args.accept or args.set or args.total is not None or args.clear \
-                or args.clear_total or args.regrade or any(regrade_only):
-            raise CourseError("--accept-all goes with --reason TEXT (the reason every flag it "
-                              "accepts is for) and at most --note and --by, for the whole "
-                              f"lesson: python -m grader review {lesson.name} --accept-all "
-                              "--reason \"in place of\"")
-        review.accept_all(course, lesson, args.reason, args.note, args.by)
-        return 0
-    if args.student is None:
-        if decision or args.regrade or any(regrade_only):
-            raise CourseError("name the STUDENT a decision is for: python -m grader review "
-                              f"{lesson.name} STUDENT ...")
-        review.flagged(course, lesson)
-        return 0
-    if args.regrade:
-        if decision:
-            raise CourseError("--regrade grades the stored notebook again and decides nothing: "
-                              "run it on its own, then decide")
-        review.regrade(course, lesson, args.student, args.by, args.discard_overrides,
-                       use_sandbox=not args.no_sandbox, partial=args.partial_credit)
-        return 0
-    if any(regrade_only):
-        raise CourseError("--discard-overrides, --no-sandbox and --partial-credit go with "
-                          "--regrade")
-    if decision:
-        review.decide(course, lesson, args.student, args.set, args.total, args.clear,
-                      args.clear_total, args.accept, args.note, args.by)
-    else:
-        review.show(course, lesson, args.student)
-    return 0

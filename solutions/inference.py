@@ -328,10 +328,14 @@ def simulate_serving(requests: list[tuple[float, int, int]], max_batch: int,
 
 
 # ------------------------------------------------------------------ predictions
-# The answers to the lesson's "predict first" questions. The notebook holds each one sealed
-# (grader.content.notebook_checks.seal); tests/test_inference.py checks each against its oracle.
+# The answer to the lesson's graded "predict first" question, which grading compares with each
+# student's number (for their own numbers); tests/test_inference.py checks it against its oracle.
 
 # Graded: the bytes of the float32 KV cache of lesson 04's TinyTransformer (vocab 256, d_model
-# 64, 2 layers, 4 heads) after a batch of 8 sequences generates 32 new tokens after a prompt of
-# 16: the cache holds the prompt and every new token but the last, 47 tokens.
-predicted_cache_bytes_after_generation = kv_cache_bytes(2, 4, 64 // 4, 16 + 32 - 1, 8, 4)
+# 64, 2 layers, 4 heads) after a batch of n_sequences sequences generates n_new new tokens after
+# a prompt of n_prompt: the cache holds the prompt and every new token but the last. Each student
+# answers for numbers of their own (grader/content/cases/inference.py); these are the default's,
+# which the notebook's text describes: 8 sequences, 32 new tokens after 16, 47 tokens cached.
+n_prompt, n_new, n_sequences = 16, 32, 8
+predicted_cache_bytes_after_generation = kv_cache_bytes(
+    2, 4, 64 // 4, n_prompt + n_new - 1, n_sequences, 4)  # the last new token is never fed

@@ -388,9 +388,13 @@ def project(
 # copy, (c) an error. .view never copies: it is (a) where a view exists, (c) where none does.
 choice_transposed_view = "c" if view_strides(
     *transpose((2, 3, 4), contiguous_strides((2, 3, 4)), 1, 2), (2, 12)) is None else "a"
-# New bytes of m.T.reshape(-1), m a 1024 x 1024 float32 matrix: a copy where no view exists.
+# New bytes of m.T.reshape(-1), m a matrix of shape m_shape and dtype m_dtype: a copy where no
+# view exists. Each student has a matrix of their own (grader/content/cases/strides.py); these
+# are the default's, which the notebook's text describes.
+m_shape = (1024, 1024)
+m_dtype = "float32"
 predicted_transpose_reshape_bytes = float(
-    0 if view_strides(*transpose((1024, 1024), (1024, 1), 0, 1), (-1,)) is not None
-    else math.prod((1024, 1024)) * torch.float32.itemsize)
+    0 if view_strides(*transpose(m_shape, contiguous_strides(m_shape), 0, 1), (-1,)) is not None
+    else math.prod(m_shape) * getattr(torch, m_dtype).itemsize)
 # How much longer a copy takes when n doubles: as its bytes, in proportion to n**2.
 predicted_copy_time_ratio = math.prod((2048, 2048)) / math.prod((1024, 1024))

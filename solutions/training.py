@@ -257,7 +257,10 @@ predicted_clean_scale = _clean_scale(80)
 predicted_checkpoint_bytes = (sum(training_memory(131_072, "fp32").values())
                                    - training_memory(131_072, "fp32")["grads"] + 4 * 14)
 # Section 10 (graded): the bytes one step needs, added up: weights, gradients and AdamW's m and
-# v in fp32, and the activations autograd saves for the backward pass.
+# v in fp32, and the activations autograd saves for the backward pass. Each student answers for
+# a batch of their own (sequences, tokens per sequence: grader/content/cases/training.py) on the
+# same model; these are the default's, section 1's batch, which the notebook's text describes.
+step_batch_size, step_seq_len = 8, 64
 predicted_step_bytes = (sum(training_memory(transformer_params(2, 64, 256), "fp32").values())
-                        + saved_activation_bytes(2, 64, 4, 64, 256, 8))
+                        + saved_activation_bytes(2, 64, 4, step_seq_len, 256, step_batch_size))
 

@@ -3,8 +3,11 @@ parameters and the published models of data/models.json."""
 
 from __future__ import annotations
 
+import ast
+import itertools
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
+from grader.content.cases import as_case, reference_value
+from grader.content.cases.backprop import DRAWN as BACKPROP_DRAWN
+from grader.content.cases.backprop import VARIANTS as BACKPROP_VARIANTS
+from grader.content.lessons import load_lesson
+from grader.grading.plans import variant_answer
 from solutions.backprop import (
     chinchilla_forward_flops,
     choice_step_vs_6nt,
@@ -582,12 +590,103 @@ def test_training_step_of_the_first_shape_measures_below_6NT() -> None:
     assert options[choice_step_vs_6nt] and [k for k, holds in options.items() if holds] == ["a"]
 
 
-def test_predicted_days_of_the_70b_run_are_training_days_with_the_dense_peak() -> None:
-    """Section 10's graded answer: the dense bf16 peak of data/hardware.json, about 144 days."""
-    days = training_days(training_flops(70e9, 15e12), 1024, H100_BF16, 0.5)
-    assert predicted_days_70b == pytest.approx(days, rel=1e-12)
-    assert round(predicted_days_70b) == 144
+DAYS = "predicted_days_70b"
+DAYS_VARIANTS = range(len(BACKPROP_VARIANTS[DAYS].choices))
 
+
+def days_variant(index: int) -> tuple[dict, float]:
+    """A variant's names, and the answer graded for it (the notebook's cell, run again)."""
+    return (BACKPROP_VARIANTS[DAYS].bound(index),
+            variant_answer(load_lesson("04_backprop_flops"), DAYS, index))
+
+
+def run_days(names: dict, peak: float, flops_per_param_token: int = 6,
+             mfu: float | None = None) -> float:
+    """The days of a variant's run in exact rationals, from its FLOPs per parameter and token,
+    the peak and the MFU (the variant's own unless given)."""
+    from fractions import Fraction
+
+    flops = (flops_per_param_token * Fraction(names["run_params_billions"]) * 10**9
+             * Fraction(names["run_tokens_trillions"]) * 10**12)
+    rate = names["run_gpus"] * Fraction(peak) * Fraction(names["run_mfu"] if mfu is None else mfu)
+    return float(flops / rate / (24 * 60 * 60))
+
+
+@pytest.mark.parametrize("index", DAYS_VARIANTS)
+def test_predicted_days_of_each_run_use_6nd_and_the_dense_peak(index: int) -> None:
+    """Section 10's graded answer, for each student's run: 6ND over what the GPUs sustain at
+    the dense bf16 peak of data/hardware.json, about 144 days for the default."""
+    names, answer = days_variant(index)
+    assert answer == pytest.approx(run_days(names, H100_BF16), rel=1e-12)
+    assert answer == pytest.approx(training_days(
+        training_flops(names["run_params_billions"] * 1e9, names["run_tokens_trillions"] * 1e12),
+        names["run_gpus"], H100_BF16, names["run_mfu"]), rel=1e-12)
+    if index == 0:
+        assert answer == pytest.approx(predicted_days_70b, rel=1e-12)
+        assert round(answer) == 144
+
+
+@pytest.mark.parametrize("index", DAYS_VARIANTS)
+def test_the_slips_the_band_catches_miss_it_and_roundings_do_not(index: int) -> None:
+    """The sparse peak (half the answer), leaving out the MFU, or 2ND instead of 6ND miss the
+    10% band in every variant; the peak rounded to 1000 TFLOP/s, or the answer to two
+    significant figures, stays in it."""
+    names, answer = days_variant(index)
+    sparse = load_hardware()["H100 SXM"]["peak_flops_with_sparsity"]["bf16"]
+    for wrong in (run_days(names, sparse), run_days(names, H100_BF16, mfu=1.0),
+                  run_days(names, H100_BF16, flops_per_param_token=2)):
+        assert not math.isclose(wrong, answer, rel_tol=0.1), (index, wrong)
+    assert math.isclose(run_days(names, 1000e12), answer, rel_tol=0.1)
+    assert math.isclose(float(f"{answer:.2g}"), answer, rel_tol=0.1)
+
+
+def test_each_run_has_its_own_answer() -> None:
+    """Every two answers are more than the graded band (10%) apart: no one else's number, nor
+    the default's, passes for a student."""
+    answers = sorted(days_variant(index)[1] for index in DAYS_VARIANTS)
+    assert all(high > 1.1 * low for low, high in itertools.pairwise(answers))
+
+
+# ---------------------------------------------------------------- each student's drawn inputs
+
+
+def built_model(call: str) -> tuple[TinyTransformer, dict]:
+    """The model a drawn call describes, built on the meta device (no memory, real shapes), and
+    the call's arguments by name."""
+    node = ast.parse(call, mode="eval").body
+    names = ["n_layers", "d_model", "seq_len", "vocab_size"]
+    if node.func.id == "transformer_params":
+        names.remove("seq_len")
+    arguments = dict(zip(names, (ast.literal_eval(a) for a in node.args), strict=True))
+    arguments.update({k.arg: ast.literal_eval(k.value) for k in node.keywords})
+    with torch.device("meta"):
+        model = TinyTransformer(arguments["vocab_size"], arguments["d_model"],
+                                arguments["n_layers"], arguments["d_model"] // 64,
+                                arguments.get("d_ff"),
+                                tied_embeddings=arguments.get("tied_embeddings", False))
+    return model, arguments
+
+
+@pytest.mark.parametrize("exercise", sorted(BACKPROP_DRAWN))
+def test_drawn_inputs_are_valid_and_differ_between_students(exercise: str) -> None:
+    """Each drawn call's reference answer is what a real transformer of that shape has:
+    its parameters' numel, or what FlopCounterMode counts for its forward pass."""
+    import solutions.backprop as reference
+
+    draws = [BACKPROP_DRAWN[exercise](random.Random(seed)) for seed in range(3)]
+    assert all(len(calls) == 3 for calls in draws)
+    assert len({tuple(map(str, calls)) for calls in draws}) == len(draws)
+    assert draws[0] == BACKPROP_DRAWN[exercise](random.Random(0))  # a seed gives one draw
+    for calls in draws:
+        for call in map(as_case, calls):
+            got = reference_value(call, vars(reference))
+            assert type(got) is int and got > 0
+            model, arguments = built_model(call.expression)
+            if exercise == "transformer_params":
+                assert got == sum(p.numel() for p in model.parameters()), call.expression
+            else:
+                tokens = torch.zeros(1, arguments["seq_len"], dtype=torch.long, device="meta")
+                assert got == counted_flops(model, tokens), call.expression
 
 
 def test_the_embedding_share_of_6nd_lesson_04_states() -> None:

@@ -331,14 +331,19 @@ def test_a_zip_member_whose_header_lies_about_its_size_is_refused(tmp_path) -> N
     assert (tmp_path / "out" / "carl" / "float_formats.ipynb").read_bytes() == b"{}"
 
 
-def run_cells(*sources: str) -> list[list[dict]]:
-    """Outputs of each cell after the checks cell, run in a real kernel."""
+def run_cells(*sources: str, env: dict[str, str] | None = None) -> list[list[dict]]:
+    """Outputs of each cell after the checks cell, run in a real kernel (with ``env`` added to
+    its environment)."""
+    import os
+
     from nbclient import NotebookClient
     from nbformat.v4 import new_code_cell, new_notebook
 
     nb = new_notebook(cells=[new_code_cell(Path(notebook_checks.__file__).read_text()),
                              *map(new_code_cell, sources)])
-    NotebookClient(nb, allow_errors=True, kernel_name="python3", timeout=120).execute()
+    environment = {k: v for k, v in os.environ.items() if k != "CTC_VARIANTS"}
+    NotebookClient(nb, allow_errors=True, kernel_name="python3", timeout=120).execute(
+        env={**environment, **(env or {})})
     return [cell.outputs for cell in nb.cells[1:]]
 
 
@@ -421,26 +426,54 @@ def test_a_prediction_is_told_how_close_it_is_without_the_answer_in_the_cell() -
 
 
 @pytest.mark.slow
-def test_a_graded_prediction_says_in_or_outside_its_band_and_marks_no_point() -> None:
-    from grader.content.notebook_checks import seal
+def test_a_graded_prediction_says_in_and_holds_no_answer() -> None:
+    """Its check takes no answer, sealed or not: a number is in, and Validate reads the mark;
+    no number, or not a number, is to do or wrong, as grading scores it."""
     from grader.lab.validate import MARK
 
-    inside, outside, missing, big = run_cells(
-        f"guess = 300.0\ncheck_prediction('guess', {seal(295.3)!r}, rel_tol=0.1, graded=True)",
-        f"guess = 30\ncheck_prediction('guess', {seal(295.3)!r}, rel_tol=0.1, graded=True)",
-        f"check_prediction('guess2', {seal(295.3)!r}, rel_tol=0.1, graded=True)",
-        f"guess = 18874368.0\ncheck_prediction('guess', {seal(1.0)!r}, graded=True)")
-    assert inside[0].text.startswith("guess = 300: in, and within the graded band (10%")
-    assert "all visible checks passed" in inside[0].text
-    [shown] = outside
-    assert shown.output_type == "display_data" and shown.metadata[MARK] == {
-        "verdict": "outside_band"}
+    inside, missing, word, big = run_cells(
+        "guess = 300.0\ncheck_prediction('guess', rel_tol=0.1, graded=True)",
+        "check_prediction('guess2', rel_tol=0.1, graded=True)",
+        "guess = '300'\ncheck_prediction('guess', rel_tol=0.1, graded=True)",
+        "guess = 18874368.0\ncheck_prediction('guess', graded=True)")
+    [shown] = inside
+    assert shown.output_type == "display_data" and shown.metadata[MARK] == {"verdict": "in"}
     line = shown.data["text/plain"]
-    assert "outside the graded band" in line and "no point" in line
-    assert "295" not in line and "below" not in line and "above" not in line  # no side given
+    assert line.startswith("guess = 300: in, and all visible checks passed")
+    assert "within 10% of the answer for your numbers" in line
     [error] = missing  # the test cell of a prediction not made: to do, as grading scores it
     assert error.ename == "CheckFailed" and ": not done yet" in error.evalue
+    [error] = word
+    assert error.ename == "CheckFailed" and "as a number" in error.evalue
     assert big[0].data["text/plain"].startswith("guess = 18,874,368:")  # as people write it
+
+
+@pytest.mark.slow
+def test_a_variant_cell_binds_the_students_own_numbers_and_records_whose_they_are() -> None:
+    """The lab (or the grading kernel) gives the draws in CTC_VARIANTS; without them, the
+    default, said once; a value that is not a draw of this exercise is the default too."""
+    from grader.content.variants import kernel_variants
+    from grader.lab.validate import MARK
+
+    cell = ("w = your_variant('05_x/p', ('w',), [((1, 2),), ((3, 4),), ((5, 6),)], "
+            "'the widths {w[0]} and {w[1]}')\nprint(w)")
+    drawn, = run_cells(cell, env={"CTC_VARIANTS": kernel_variants("s-001", {"05_x": {"p": 2}},
+                                                                  "c0ffee")})
+    shown, printed = drawn
+    assert shown.data["text/plain"] == "Your numbers (drawn for s-001): the widths 5 and 6"
+    assert shown.metadata[MARK] == {"variant": {"exercise": "05_x/p", "student": "s-001",
+                                                "index": 2, "course": "c0ffee"}}
+    assert printed.text == "(5, 6)\n"
+    first, again = run_cells(cell, cell)
+    assert first[0].data["text/plain"].startswith("Your numbers: the widths 1 and 2\n(No "
+                                                  "student id is set")
+    assert again[0].data["text/plain"] == "Your numbers: the widths 1 and 2"  # said once
+    assert first[0].metadata[MARK]["variant"] == {"exercise": "05_x/p", "student": None,
+                                                  "index": 0, "course": ""}
+    for value in ("not json", '{"student": "s", "draws": {"05_x/p": 7}}', '[1]',
+                  '{"student": 5, "draws": {"05_x/p": 1}}'):
+        (shown, _), = run_cells(cell, env={"CTC_VARIANTS": value})
+        assert shown.metadata[MARK]["variant"]["index"] == 0, value
 
 
 @pytest.mark.slow
@@ -489,9 +522,9 @@ def test_validate_sums_up_each_exercise_with_its_points() -> None:
     assert summary.endswith(HIDDEN_NOTE)
 
 
-def test_validate_counts_no_point_for_a_prediction_outside_its_band() -> None:
-    """A graded prediction outside its band passes its visible check but earns nothing at
-    grading: Validate neither counts it as passing nor counts its point."""
+def test_validate_counts_a_graded_prediction_that_is_in_as_passing_its_visible_check() -> None:
+    """A graded prediction's visible check can say only that a number is in (the lab never
+    holds the answer): Validate counts it as passing its visible checks, saying so."""
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
     from grader.lab.validate import MARK, exercises, headline, nbgrader_answer
@@ -501,19 +534,20 @@ def test_validate_counts_no_point_for_a_prediction_outside_its_band() -> None:
         cell.metadata["nbgrader"] = {"grade": True, "grade_id": f"test-{name}", "points": points}
         return cell
 
-    outside = new_output("display_data", data={"text/plain": "x = 3: in, outside ..."},
-                         metadata={MARK: {"verdict": "outside_band"}})
+    inside = new_output("display_data", data={"text/plain": "x = 3: in, ..."},
+                        metadata={MARK: {"verdict": "in"}})
     nb = new_notebook(cells=[
         test_cell("decode", 2, new_output("stream", name="stdout", text="passed\n")),
-        test_cell("predicted_x", 1, outside),
+        test_cell("predicted_x", 1, inside),
         test_cell("predicted_y", 1, new_output("error", ename="CheckFailed", traceback=[],
                                                evalue="predicted_y: not done yet: write")),
         test_cell("encode", 3, ran=False)])
     found = exercises(nb)
     assert [(e.name, e.status) for e in found] == [
-        ("decode", "passes"), ("predicted_x", "no point"), ("predicted_y", "to do"),
+        ("decode", "passes"), ("predicted_x", "passes"), ("predicted_y", "to do"),
         ("encode", "fails")]
-    assert headline(found) == "1 of 4 exercises pass their visible checks (2 of 7 points)."
+    assert "graded against your own numbers" in found[1].message
+    assert headline(found) == "2 of 4 exercises pass their visible checks (3 of 7 points)."
     assert "not run" in found[3].message
     everything = [e for e in found if e.name == "decode"]
     assert headline(everything).startswith("All 1 exercises pass their visible checks (2 of 2")

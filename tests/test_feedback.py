@@ -227,7 +227,7 @@ def test_the_score_list_names_each_exercise_as_the_lesson_does(course) -> None:
              for item in re.findall(r"<li>(.*?)</li>", toc, re.S)]
     exercises = [name for name in POINTS if not name.startswith("predicted_")]
     assert items[:len(exercises)] == [f"Exercise: {name}" for name in exercises]
-    assert items[-1] == "Adding 0.01 ten thousand times: predicted_bf16_stall"
+    assert items[-1] == "Adding a small number ten thousand times: predicted_bf16_stall"
     assert "Test cell" not in page and "Grade cell" not in page
     assert "Checks of Exercise: <code>decode</code>" in page
 

@@ -7,6 +7,7 @@ import itertools
 import math
 import os
 import platform
+import random
 import re
 import struct
 import subprocess
@@ -21,6 +22,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from grader.content.cases import as_case, reference_value
+from grader.content.cases.floats import DRAWN, VARIANTS
+from grader.content.lessons import load_lesson
+from grader.grading.plans import variant_answer
 from solutions import floats
 from solutions.float_explorer import bit_readout, float_category, float_explorer
 from solutions.floats import (
@@ -445,7 +450,38 @@ def bf16_running_sum(increment: float, n_steps: int) -> list[float]:
     return history
 
 
+STALL = VARIANTS["predicted_bf16_stall"]
+
+
+@pytest.mark.parametrize("index", range(len(STALL.choices)))
+def test_each_students_bf16_running_sum_stops_at_their_answer(index: int) -> None:
+    """Each increment's sum, run in bf16, stops at that variant's answer, and the band's
+    reasoning (grader/content/cases/floats.py) holds for it."""
+    [increment] = STALL.choices[index]
+    answer = variant_answer(load_lesson("01_float_formats"), "predicted_bf16_stall", index)
+    history = bf16_running_sum(increment, 1000)
+    assert history[-1] == answer
+    stall_step = history.index(history[-1]) + 1
+    assert stall_step < 400  # reached well within the 2,000 additions of a grading run
+    # Just below the stop each addition adds one whole gap, s * 2**-8, as the lesson says.
+    assert {b - a for a, b in itertools.pairwise(history) if answer / 2 <= a < answer} == {
+        answer * 2.0**-8}
+    # The increment rounded to bf16 or not gives the same stop; the rule alone decides: the
+    # whole gap instead of half of it, or epsilon taken as 2**-8, lands on a neighbouring
+    # power of two, outside the band.
+    stored = torch.tensor(increment, dtype=torch.bfloat16).item()
+    assert 0.6 < 256 * stored / answer < 0.81 and 0.6 < 256 * increment / answer < 0.81
+    for wrong in (2.0 ** math.ceil(math.log2(128 * stored)),
+                  2.0 ** math.ceil(math.log2(512 * stored))):
+        assert not math.isclose(wrong, answer, rel_tol=0.25)
+    stalls = [variant_answer(load_lesson("01_float_formats"), "predicted_bf16_stall", i)
+              for i in range(len(STALL.choices))]
+    assert len(set(stalls)) == len(stalls)  # no two students share an answer
+
+
 def test_the_bf16_running_sum_stops_where_the_lesson_says() -> None:
+    """The default, 0.01, which the lesson's text walks through."""
+    assert STALL.choices[0] == (floats.increment,) == (0.01,)
     history = bf16_running_sum(0.01, 1000)
     assert history[-1] == floats.predicted_bf16_stall == 4.0
     stall_step = history.index(history[-1]) + 1
@@ -455,10 +491,36 @@ def test_the_bf16_running_sum_stops_where_the_lesson_says() -> None:
     assert gains == {1.0: {2.0**-7}, 2.0: {2.0**-6}}
     gap_at_stall = decode(encode(4.0, BF16) + 1, BF16) - 4.0
     assert gap_at_stall / 2 > decode(encode(0.01, BF16), BF16)
-    text = markdown_cell("The bf16 curve bends twice")
+    text = markdown_cell("For the default, 0.01, the bf16 curve bends twice")
     for number in [2.0**-7, 2.0**-6, 2.0**-5, gap_at_stall / 2]:
         assert f"{number:g}" in text, number
     assert f"after {stall_step} additions" in text and f"exact sum is {stall_step * 0.01:g}" in text
+
+
+def oracle_decode(bits: int, fmt: FloatFormat) -> float:
+    """torch's own view-cast of one pattern."""
+    return torch_decode_all(fmt)[bits].item()
+
+
+@pytest.mark.parametrize("exercise", sorted(DRAWN))
+def test_drawn_hidden_inputs_are_valid_and_differ_between_students(exercise: str) -> None:
+    """Each student's drawn calls are ones the exercise accepts, the reference answers them as
+    torch does (exactly: no tolerance), and the same seed draws the same calls."""
+    oracle = {**vars(floats), "decode": oracle_decode,
+              "tensor_bytes": lambda shape, dtype: torch.empty(shape, dtype=dtype,
+                                                               device="meta").nbytes}
+    drawn = set()
+    for seed in range(6):
+        calls = DRAWN[exercise](random.Random(seed))
+        assert calls == DRAWN[exercise](random.Random(seed)) and len(calls) == 3
+        for case in map(as_case, calls):
+            assert case.raises is None and not case.rel_tol
+            value = reference_value(case, vars(floats))
+            want = eval(case.expression, oracle)  # the same call, on torch's own answers
+            assert type(value) is type(want) and same_float(float(value), float(want)), case
+            assert math.isfinite(value), case
+        drawn.add(tuple(calls))
+    assert len(drawn) == 6
 
 
 def test_the_sealed_answers_of_the_lesson_are_what_torch_does() -> None:

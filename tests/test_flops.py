@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import itertools
 import math
+import random
 
 import numpy as np
 import pytest
@@ -12,6 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
+from grader.content.cases import as_case, reference_value
+from grader.content.cases.flops import DRAWN as FLOPS_DRAWN
+from grader.content.cases.flops import VARIANTS as FLOPS_VARIANTS
+from grader.content.lessons import load_lesson
+from grader.grading.plans import variant_answer
 from solutions.flops import (
     ADD_VS_MATMUL_OPTIONS,
     MV_COUNT_OPTIONS,
@@ -395,42 +403,161 @@ def test_flop_counter_counts_nothing_for_a_matrix_times_a_vector() -> None:
     assert MV_COUNT_OPTIONS["a"] == matmul_flops(256, 256, 1)
 
 
-def test_critical_batch_of_an_h100_is_its_bf16_ridge_point_from_the_data() -> None:
-    """Section 8's graded answer: dense bf16 peak over bandwidth, as data/hardware.json has
-    them, about 295 tokens."""
-    h100 = HARDWARE["H100 SXM"]
-    ridge = ridge_point(h100["peak_flops"]["bf16"], h100["memory_bandwidth"])
-    assert predicted_critical_batch_h100 == pytest.approx(ridge, rel=1e-12)
-    assert round(predicted_critical_batch_h100) == 295
+CRITICAL = "predicted_critical_batch_h100"
+CRITICAL_VARIANTS = range(len(FLOPS_VARIANTS[CRITICAL].choices))
+# Bytes per element of each dtype a variant may name, from torch's own dtypes.
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+                "fp8": torch.float8_e4m3fn}
 
 
-@pytest.mark.parametrize(("d_in", "d_out"), [(4096, 4096), (4096, 16384), (12288, 49152),
-                                             (2**20, 2**20)])
-def test_a_weight_matmul_in_bf16_has_intensity_about_its_batch(d_in: int, d_out: int) -> None:
-    """(B, D) @ (D, F) in bf16: 2BDF / (2(BD + DF + BF)) = B / (1 + B/F + B/D), exactly (oracle:
-    the same in rationals), and within B/F + B/D of B."""
+def critical_variant(index: int) -> tuple[dict, float]:
+    """A variant's names, and the answer graded for it (the notebook's cell, run again)."""
+    return (FLOPS_VARIANTS[CRITICAL].bound(index),
+            variant_answer(load_lesson("03_matmul_flops"), CRITICAL, index))
+
+
+def exact_crossing(d_in: int, d_out: int, dtype: torch.dtype, peak: float, bandwidth: float):
+    """The smallest batch B at which (B, d_in) @ (d_in, d_out) in ``dtype`` is compute-bound,
+    in rationals: FLOPs from FlopCounterMode on meta tensors, bytes from their nbytes, and the
+    batch found by bisection on intensity >= peak / bandwidth."""
     from fractions import Fraction
 
-    for batch in (1, 64, 295, 1024):
-        intensity = arithmetic_intensity(matmul_flops(batch, d_in, d_out),
-                                         matmul_bytes(batch, d_in, d_out, 2))
-        exact = Fraction(batch) / (1 + Fraction(batch, d_out) + Fraction(batch, d_in))
-        assert intensity == pytest.approx(float(exact), rel=1e-15)
-        assert 1 - intensity / batch <= batch / d_out + batch / d_in
+    weight = torch.empty(d_in, d_out, dtype=torch.float32, device="meta")
+
+    def compute_bound(batch: int) -> bool:
+        x = torch.empty(batch, d_in, dtype=torch.float32, device="meta")
+        flops = counted_flops(torch.mm, x, weight)  # FlopCounterMode needs no real data
+        elements = x.numel() + weight.numel() + batch * d_out
+        moved = elements * torch.empty((), dtype=dtype).element_size()
+        return Fraction(flops, moved) >= Fraction(peak) / Fraction(bandwidth)
+
+    low, high = 1, 1
+    while not compute_bound(high):
+        low, high = high, 2 * high
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if not compute_bound(middle) else (low, middle)
+    return high
 
 
-def test_exact_critical_batch_of_a_wide_layer_is_within_the_graded_band() -> None:
-    """The crossing for finite D, F is above the ridge point: 305 tokens for GPT-3's MLP
-    (12288, 49152), 3% above, inside the prediction's 10% band; 346 for (4096, 4096)."""
-    def crossing(d_in: int, d_out: int) -> int:
-        return next(b for b in range(1, 10**5)
-                    if arithmetic_intensity(matmul_flops(b, d_in, d_out),
-                                            matmul_bytes(b, d_in, d_out, 2))
-                    >= predicted_critical_batch_h100)
+@pytest.mark.parametrize("index", CRITICAL_VARIANTS)
+def test_each_variants_figures_are_its_gpus_in_the_data(index: int) -> None:
+    names, _ = critical_variant(index)
+    spec = HARDWARE[names["layer_gpu"]]
+    assert names["layer_peak_tflops"] * 1e12 == pytest.approx(
+        spec["peak_flops"][names["layer_dtype"]], rel=1e-12)
+    assert names["layer_bandwidth_tbs"] * 1e12 == pytest.approx(spec["memory_bandwidth"],
+                                                                rel=1e-12)
+    assert names["layer_bytes"] == TORCH_DTYPES[names["layer_dtype"]].itemsize
 
-    assert crossing(12288, 49152) == 305
-    assert crossing(4096, 4096) == 346
-    assert math.isclose(crossing(12288, 49152), predicted_critical_batch_h100, rel_tol=0.1)
+
+@pytest.mark.parametrize("index", CRITICAL_VARIANTS)
+def test_critical_batch_of_a_layer_far_wider_than_the_batch_is_the_answer(index: int) -> None:
+    """Section 8's graded answer, for each student's GPU and dtype: the batch where a layer far
+    wider than any batch turns compute-bound (from the datasheet figures of data/hardware.json
+    and FlopCounterMode's FLOPs), the ridge point itself in bf16; about 295 for the default."""
+    names, answer = critical_variant(index)
+    spec = HARDWARE[names["layer_gpu"]]
+    peak, bandwidth = spec["peak_flops"][names["layer_dtype"]], spec["memory_bandwidth"]
+    dtype = TORCH_DTYPES[names["layer_dtype"]]
+    assert exact_crossing(2**30, 2**30, dtype, peak, bandwidth) == math.ceil(answer)
+    assert answer == pytest.approx(ridge_point(peak, bandwidth) * dtype.itemsize / 2, rel=1e-12)
+    if index == 0:
+        assert answer == predicted_critical_batch_h100 and round(answer) == 295
+
+
+def test_each_variant_has_its_own_answer() -> None:
+    """Every two answers are more than the graded band (10%) apart: no one else's number, nor
+    the default's, passes for a student."""
+    answers = sorted(critical_variant(index)[1] for index in CRITICAL_VARIANTS)
+    assert all(high > 1.1 * low for low, high in itertools.pairwise(answers))
+
+
+@pytest.mark.parametrize("index", CRITICAL_VARIANTS)
+def test_a_weight_matmul_has_intensity_about_2b_over_its_element_bytes(index: int) -> None:
+    """(B, D) @ (D, F) with b bytes per element: 2BDF / (b(BD + DF + BF)) =
+    (2B / b) / (1 + B/F + B/D), exactly (oracle: the same in rationals), within B/F + B/D of
+    2B / b."""
+    from fractions import Fraction
+
+    b = critical_variant(index)[0]["layer_bytes"]
+    for d_in, d_out in [(4096, 4096), (4096, 16384), (12288, 49152), (2**20, 2**20)]:
+        for batch in (1, 64, 295, 1024):
+            intensity = arithmetic_intensity(matmul_flops(batch, d_in, d_out),
+                                             matmul_bytes(batch, d_in, d_out, b))
+            exact = Fraction(2 * batch, b) / (1 + Fraction(batch, d_out) + Fraction(batch, d_in))
+            assert intensity == pytest.approx(float(exact), rel=1e-15)
+            assert 1 - intensity / (2 * batch / b) <= batch / d_out + batch / d_in
+
+
+@pytest.mark.parametrize("index", CRITICAL_VARIANTS)
+def test_exact_critical_batch_of_a_wide_layer_is_within_the_graded_band(index: int) -> None:
+    """The crossing for finite D, F is above the answer, by under 5% for GPT-3's MLP
+    (12288, 49152) in every variant, inside the prediction's 10% band: 305 for the default
+    (3% above), 346 for its (4096, 4096)."""
+    names, answer = critical_variant(index)
+    spec = HARDWARE[names["layer_gpu"]]
+    peak, bandwidth = spec["peak_flops"][names["layer_dtype"]], spec["memory_bandwidth"]
+    dtype = TORCH_DTYPES[names["layer_dtype"]]
+    gpt3 = exact_crossing(12288, 49152, dtype, peak, bandwidth)
+    assert answer < gpt3 < 1.05 * answer
+    if index == 0:
+        assert gpt3 == 305 and exact_crossing(4096, 4096, dtype, peak, bandwidth) == 346
+
+
+def test_wrong_peaks_or_bytes_per_element_miss_the_graded_band() -> None:
+    """The slips the band is meant to catch, in every variant: the sparse peak, or bytes per
+    element of another dtype (fp32's 4, or 2 in fp8), or none at all (B = the ridge point in
+    fp8), are off by a factor of 2."""
+    for index in CRITICAL_VARIANTS:
+        names, answer = critical_variant(index)
+        spec = HARDWARE[names["layer_gpu"]]
+        dtype, bandwidth = names["layer_dtype"], spec["memory_bandwidth"]
+        b = names["layer_bytes"]
+        wrong = [spec["peak_flops_with_sparsity"][dtype] / bandwidth * b / 2,
+                 *(spec["peak_flops"][dtype] / bandwidth * other / 2
+                   for other in (1, 2, 4) if other != b)]
+        for number in wrong:
+            assert not math.isclose(number, answer, rel_tol=0.1), (index, number)
+
+
+# ---------------------------------------------------------------- each student's drawn inputs
+
+
+@pytest.mark.parametrize("exercise", sorted(FLOPS_DRAWN))
+def test_drawn_inputs_are_valid_and_differ_between_students(exercise: str) -> None:
+    draws = [FLOPS_DRAWN[exercise](random.Random(seed)) for seed in range(6)]
+    assert all(len(calls) == 3 for calls in draws)
+    assert len({tuple(map(str, calls)) for calls in draws}) == len(draws)
+    assert draws[0] == FLOPS_DRAWN[exercise](random.Random(0))  # a seed gives one draw
+    import solutions.flops as reference
+
+    for calls in draws:
+        for call in map(as_case, calls):
+            got = reference_value(call, vars(reference))
+            assert type(got) is int and got > 0
+            arguments = ast.literal_eval(call.expression.split("(", 1)[1].rsplit(")", 1)[0])
+            assert got == drawn_oracle(exercise, *arguments), call.expression
+
+
+def drawn_oracle(exercise: str, *arguments) -> int:
+    """The answer to a drawn call from torch: Tensor.nbytes of meta tensors for matmul_bytes,
+    FlopCounterMode of torch.einsum on meta tensors for einsum_flops (in its domain: each index in
+    both operands or the output), or 2 x the product of the sizes when nothing is contracted over
+    a size above 1 (which FlopCounterMode counts as 0)."""
+    if exercise == "matmul_bytes":
+        m, k, n, size = arguments
+        dtype = {1: torch.uint8, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[size]
+        return sum(torch.empty(shape, dtype=dtype, device="meta").nbytes
+                   for shape in ((m, k), (k, n), (m, n)))
+    equation, shape_a, shape_b = arguments
+    (a, b), out = equation.split("->")[0].split(","), equation.split("->")[1]
+    sizes = dict(zip(a + b, shape_a + shape_b, strict=True))
+    assert all(i in out or (i in a and i in b) for i in sizes)  # the generator's domain
+    if not any(sizes[i] > 1 for i in set(a) & set(b) - set(out)):
+        return 2 * math.prod(sizes.values())
+    return counted_flops(torch.einsum, equation, torch.empty(shape_a, device="meta"),
+                         torch.empty(shape_b, device="meta"))
 
 
 @pytest.mark.parametrize("name", sorted(HARDWARE))

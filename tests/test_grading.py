@@ -8,8 +8,10 @@ and in the same notebook another exercise's correct code that writes to stderr k
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import html
+import importlib
 import json
 import re
 import warnings
@@ -108,6 +110,63 @@ def test_student_version_has_no_solutions_and_no_hidden_tests(graded) -> None:
     assert hidden and not any(line in text for line in hidden)
 
 
+def _decoded(text: str) -> list[object]:
+    """What a string literal may hide: itself, and its base64, zlib and JSON decodings."""
+    import base64
+    import binascii
+    import zlib
+
+    found: list[object] = [text]
+    for step in range(3):
+        more = []
+        for item in found[-1:] if step else found:
+            if isinstance(item, (str, bytes)):
+                with contextlib.suppress(binascii.Error, ValueError):
+                    more.append(base64.b64decode(item, validate=True))
+                with contextlib.suppress(zlib.error, TypeError):
+                    more.append(zlib.decompress(item))
+                with contextlib.suppress(ValueError, TypeError):
+                    more.append(json.loads(item))
+        found += more
+    return found
+
+
+def test_the_release_holds_no_graded_answer_sealed_or_plain(graded) -> None:
+    """Every string literal of the student version, decoded every way the course ever packed
+    an answer (base64 over zlib over JSON), holds no graded prediction's answer, for any
+    student's numbers; nor does any number written in its code."""
+    import ast
+    import math
+
+    from grader.content.variants import variants_of
+    from grader.grading.plans import variant_answer
+    from tests.grading_helpers import graded_prediction
+
+    lesson = graded["lesson"]
+    name = graded_prediction(lesson)
+    count = len(variants_of(lesson)[name].choices) if name in variants_of(lesson) else 1
+    answers = [float(variant_answer(lesson, name, i)) if count > 1
+               else float(getattr(importlib.import_module(lesson.module), name))
+               for i in range(count)]
+    values: list[object] = []
+    for c in read_notebook(graded["student_nb"]).cells:
+        if c.cell_type != "code":
+            continue
+        with contextlib.suppress(SyntaxError):
+            for node in ast.walk(ast.parse(c.source)):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    values += _decoded(node.value)
+                elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+                    values.append(node.value)
+    numbers = [v for v in values if type(v) in (int, float)]
+    for text in (v for v in values if isinstance(v, str)):
+        with contextlib.suppress(ValueError):
+            numbers.append(float(text))
+    assert len(values) > 50  # the checks' messages, and the sealed ungraded answers
+    leaked = [v for v in numbers for a in answers if math.isclose(v, a, rel_tol=1e-9)]
+    assert leaked == [], f"{name}'s answer is in the release: {leaked}"
+
+
 def test_instructor_version_scores_full_marks(graded) -> None:
     got, maximum, status = score(graded, "instructor")
     assert maximum == sum(graded["points"].values()) > 0
@@ -132,7 +191,8 @@ def test_the_instructor_version_runs_clean_as_graded(graded) -> None:
     outputs = [o for c in ran.cells for o in c.get("outputs", [])]
     assert [o for o in outputs if o.output_type == "error"] == []
     passed = [c for c in ran.cells if "all visible checks passed" in
-              "".join(o.get("text", "") for o in c.get("outputs", []))]
+              "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
+                      for o in c.get("outputs", []))]
     assert len(passed) == sum(1 for c in ran.cells
                               if c.metadata.get("nbgrader", {}).get("solution"))
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 2

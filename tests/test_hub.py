@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import secrets
 import shutil
@@ -119,7 +120,7 @@ c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
 """)
     env = {**os.environ, "CTC_VENV": str(HUB_VENV), "CTC_EXCHANGE": str(exchange),
-           "CTC_USERS_FILE": str(users_file),
+           "CTC_USERS_FILE": str(users_file), "CTC_COURSE_DIR": str(folder / "course"),
            "PATH": f"{JUPYTERHUB.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     log = folder / "hub.log"
     with log.open("w") as out:
@@ -165,6 +166,20 @@ def hub(users):
             yield base, password, exchange, folder / "course"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def server_environment(user: str) -> dict[str, str]:
+    """The environment of ``user``'s single-user server, as its process holds it."""
+    import pwd
+
+    uid = pwd.getpwnam(user).pw_uid
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and proc.stat().st_uid == uid \
+                    and b"jupyterhub-singleuser" in (proc / "cmdline").read_bytes():
+                pairs = (proc / "environ").read_bytes().split(b"\0")
+                return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+    raise AssertionError(f"no server of {user} is running")
 
 
 def log_in(browser, base: str, name: str, password: str):
@@ -294,6 +309,12 @@ def test_students_fetch_submit_and_get_their_own_feedback_through_the_hub(browse
     pages = {}
     for answer, name in students.items():
         pages[answer] = log_in(browser, base, name, password)
+        # The user's server holds their own draws, for their hub user name, and no key.
+        from grader.content.variants import course_key, lab_variants
+
+        given = server_environment(name).get("CTC_VARIANTS", "")
+        assert json.loads(given) == json.loads(lab_variants(course_key(course), name)), given
+        assert json.loads(given)["student"] == name
         fetch_answer_submit(pages[answer], answer)
 
     # Each submission in the exchange belongs to the student who made it: what lets collect

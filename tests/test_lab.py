@@ -27,9 +27,64 @@ def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path, shar
     first = all_lessons()[0]
     mine = workspace / first.name / first.notebook.name
     mine.write_text(mine.read_text().replace("raise NotImplementedError()", "return 42", 1))
-    done = grader("lab", "--smoke", "--workspace", workspace, "--course-dir", course)
+    done = grader("lab", "--smoke", "--workspace", workspace, "--course-dir", course,
+                  "--student", "s-123")
     assert "return 42" in mine.read_text()
     assert "newer version" not in done.stdout  # the course did not change: nothing to say
+    # The id given once reaches the kernels of Validate (run by the lab's own server).
+    assert "your own numbers are drawn for student id s-123" in done.stdout
+    assert "asks about the numbers drawn for s-123" in done.stdout
+
+
+def test_the_student_id_is_given_once_and_refused_when_it_is_not_one(tmp_path) -> None:
+    import json
+
+    from grader.common.errors import CourseError
+    from grader.content.variants import course_key, lab_variants
+    from grader.course import Course
+    from grader.lab.server import workspace_variants
+
+    course, workspace = Course(tmp_path / "course", log=lambda _: None), tmp_path / "ws"
+    assert workspace_variants(course, workspace) == {}  # no id: the defaults, nothing drawn
+    given = workspace_variants(course, workspace, "ana.b@uni")
+    assert given == {"CTC_VARIANTS": lab_variants(course_key(course.root), "ana.b@uni")}
+    assert json.loads(given["CTC_VARIANTS"])["student"] == "ana.b@uni"
+    assert workspace_variants(course, workspace) == given  # remembered
+    for bad in ("", "../x", "a b", "x" * 101):
+        with pytest.raises(CourseError, match="is not a student id"):
+            workspace_variants(course, workspace, bad)
+    assert workspace_variants(course, workspace) == given
+
+
+def test_on_a_machine_of_their_own_a_student_gets_their_numbers_from_their_code(tmp_path) -> None:
+    """The instructor's `variants` command gives a code per student; the student's lab, with a
+    course directory (and key) of its own, takes their numbers from it, as the grader draws
+    them, and remembers it. A code of another version of the course is refused."""
+    import json
+
+    from grader.common.errors import CourseError
+    from grader.content.variants import course_key, lab_variants
+    from grader.course import Course
+    from grader.lab.server import workspace_variants
+
+    instructor = Course(tmp_path / "course", log=lambda _: None)
+    course_key(instructor.root, create=True)
+    printed = grader("variants", "ana", "ben", "--course-dir", instructor.root).stdout
+    codes = dict(line.split("\t") for line in printed.splitlines())
+    assert set(codes) == {"ana", "ben"}
+    own = Course(tmp_path / "laptop", log=lambda _: None)  # the student's own course directory
+    workspace = tmp_path / "ws"
+    given = workspace_variants(own, workspace, "ana", codes["ana"])
+    assert json.loads(given["CTC_VARIANTS"]) == json.loads(
+        lab_variants(course_key(instructor.root), "ana"))
+    assert workspace_variants(own, workspace) == given  # remembered
+    for bad in (codes["ana"][:-1], codes["ana"] + "0", "not a code", codes["ana"][:-1] + "z"):
+        with pytest.raises(CourseError, match="not a code of this course's version"):
+            workspace_variants(own, workspace, "ana", bad)
+    with pytest.raises(CourseError, match="--code goes with --student"):
+        workspace_variants(own, tmp_path / "fresh", code=codes["ana"])
+    done = grader("variants", "--course-dir", tmp_path / "empty", check=False)
+    assert done.returncode == 2 and "release a lesson first" in done.stderr
 
 
 def workspace_of_one_lesson(tmp_path):

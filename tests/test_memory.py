@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from grader.content.cases import as_case
-from grader.content.cases.memory import CASES
+from grader.content.cases.memory import CASES, VARIANTS
 from grader.content.notebook_checks import _difference
 from solutions import memory
 from solutions.hardware import load_hardware
@@ -560,18 +560,29 @@ def test_the_80_gb_convention_against_what_nvidia_smi_and_cuda_report() -> None:
     assert 'accelerators["H100 SXM"]["memory_reported"]' in text  # the cell reads the file
 
 
-def test_the_predictions_answers_are_what_real_tensors_hold() -> None:
-    """The MLP of section 9, one step of torch.optim.AdamW: its tensors' bytes are the graded
-    prediction's answer."""
+@pytest.mark.parametrize("index", range(len(VARIANTS["predicted_mlp_training_bytes"].choices)))
+def test_the_predictions_answers_are_what_real_tensors_hold(index: int) -> None:
+    """Each student's MLP of section 9, one step of torch.optim.AdamW: its tensors' bytes are
+    the graded prediction's answer for that student's widths."""
+    from grader.content.lessons import load_lesson
+    from grader.grading.plans import variant_answer
+
+    n_in, hidden_1, hidden_2, n_out = VARIANTS["predicted_mlp_training_bytes"].choices[index][0]
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(32, 40), torch.nn.Tanh(), torch.nn.Linear(40, 40),
-                              torch.nn.Tanh(), torch.nn.Linear(40, 8))
+    mlp = torch.nn.Sequential(torch.nn.Linear(n_in, hidden_1), torch.nn.Tanh(),
+                              torch.nn.Linear(hidden_1, hidden_2), torch.nn.Tanh(),
+                              torch.nn.Linear(hidden_2, n_out))
     optimizer = torch.optim.AdamW(mlp.parameters())
-    mlp(torch.randn(4, 32)).pow(2).mean().backward()
+    mlp(torch.randn(4, n_in)).pow(2).mean().backward()
     optimizer.step()
     held = sum(p.nbytes + p.grad.nbytes + optimizer.state[p]["exp_avg"].nbytes
                + optimizer.state[p]["exp_avg_sq"].nbytes for p in mlp.parameters())
-    assert memory.predicted_mlp_training_bytes == held == 52_608
+    assert variant_answer(load_lesson("05_adamw_memory"), "predicted_mlp_training_bytes",
+                          index) == held
+    biases = hidden_1 + hidden_2 + n_out  # forgetting them stays inside the band of 10%
+    assert held * 0.9 < held - 16 * biases and held * 0.9 > held * 12 / 16
+    if index == 0:  # the default, which the notebook's text describes
+        assert memory.predicted_mlp_training_bytes == held == 52_608
     assert memory.predicted_gpus_70b == 70e9 * (2 + 2 + 4 + 4 + 4) / 80e9 == 14.0
 
 
@@ -670,3 +681,23 @@ def test_hidden_quantisation_cases_pass_another_order_and_rounding() -> None:
              "dequantize_blockwise": dequantize_other_order}
     for name in ("quantize_blockwise", "dequantize_blockwise"):
         assert case_problems(name, **other) == [None] * n_value_cases(name)
+
+
+def test_each_students_drawn_training_memory_cases_are_their_own_and_exact() -> None:
+    """The hidden inputs drawn per student: valid, answered by the reference as the formula
+    of the docstring says (an independent count), and different for different seeds."""
+    import random
+
+    from grader.content.cases import reference_value
+    from grader.content.cases.memory import DRAWN
+
+    per_parameter = {"fp32": 16, "mixed_bf16": 16, "adam8bit": 10}
+    drawn = [DRAWN["training_memory"](random.Random(seed)) for seed in range(20)]
+    assert len({tuple(cases) for cases in drawn}) == 20
+    for cases in drawn:
+        for expression in cases:
+            n, recipe = eval(expression.removeprefix("training_memory"))
+            got = reference_value(as_case(expression), vars(memory))
+            scales = 8 * -(-n // 256) if recipe == "adam8bit" else 0
+            assert sum(got.values()) == per_parameter[recipe] * n + scales, expression
+            assert all(type(v) is int for v in got.values())

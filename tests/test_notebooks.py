@@ -118,7 +118,8 @@ def test_instructor_notebook_runs_end_to_end_with_every_check_passing(lesson, sh
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert errors == []
     passed = [c for c in nb.cells if "all visible checks passed" in
-              "".join(o.get("text", "") for o in c.get("outputs", []))]
+              "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
+                      for o in c.get("outputs", []))]
     assert len(passed) == len(EXERCISES[lesson.name])
     images = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     assert images >= 2  # the lesson's plots rendered
@@ -126,7 +127,8 @@ def test_instructor_notebook_runs_end_to_end_with_every_check_passing(lesson, sh
 
 
 def sealed_answers(nb: nbformat.NotebookNode) -> list[tuple[str, object]]:
-    """(name, answer) of every check_prediction / check_choice call in the notebook."""
+    """(name, answer) of every check_prediction / check_choice call in the notebook; a graded
+    prediction's check holds no answer (it is graded against the student's own numbers)."""
     import ast
 
     from grader.content.notebook_checks import _unseal
@@ -142,8 +144,11 @@ def sealed_answers(nb: nbformat.NotebookNode) -> list[tuple[str, object]]:
         for node in ast.walk(tree):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id in ("check_prediction", "check_choice")):
-                name, sealed = (ast.literal_eval(a) for a in node.args[:2])
-                found.append((name, _unseal(sealed)))
+                graded = any(k.arg == "graded" and ast.literal_eval(k.value) for k in node.keywords)
+                assert (len(node.args) == 1) == graded, ast.unparse(node)  # graded: no answer
+                if not graded:
+                    name, sealed = (ast.literal_eval(a) for a in node.args[:2])
+                    found.append((name, _unseal(sealed)))
     return found
 
 

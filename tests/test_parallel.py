@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
+from grader.content.cases.parallel import VARIANTS
 from solutions.parallel import (
     COLLECTIVES,
     accumulation_comm_bytes,
@@ -430,6 +431,89 @@ def test_every_hidden_check_holds_on_the_reference() -> None:
                 reference_value(case, namespace)
     ring = reference_value(as_case(CASES["ring_all_reduce"][0]), namespace)
     assert ring[1] == 2 * 3 * 8 and all(torch.equal(r, 3 * torch.arange(8.) - 2) for r in ring[0])
+
+
+RING_VARIANTS = VARIANTS["predicted_ring_bytes_per_rank"]
+
+
+@pytest.mark.parametrize("index", range(len(RING_VARIANTS.choices)))
+def test_each_students_ring_prediction_is_the_rings_bytes(index) -> None:
+    """The graded prediction of section 3, for every student's all-reduce (the default: 4 ranks,
+    12 MiB, 18,874,368 bytes): the bytes one rank sends in the simulated ring, NCCL-tests' bus
+    factor times the tensor's bytes, and the band of 5% holds what the cases module says: the
+    usual wrong answers miss it by far more than its width. (What gloo really sends for each
+    one: tests/test_parallel_demos.py.)"""
+    from grader.content.lessons import load_lesson
+    from grader.grading.plans import variant_answer
+
+    n, elements = (RING_VARIANTS.bound(index)[name] for name in ("n_ranks", "n_elements"))
+    answer = variant_answer(load_lesson("07_many_devices"), "predicted_ring_bytes_per_rank",
+                            index)
+    assert n in (3, 4) and elements % n == 0 and 6 * 2**20 <= 4 * elements <= 12 * 2**20
+    results, sent = ring_all_reduce([torch.full((elements,), float(r)) for r in range(n)])
+    assert all(torch.equal(r, torch.full((elements,), float(n * (n - 1) // 2))) for r in results)
+    tensor = 4 * elements  # float32
+    assert type(answer) is int and answer == sent == NCCL_TESTS_BUS_FACTOR["all_reduce"](n) * tensor
+    if index == 0:
+        assert (n, tensor, answer) == (4, 12 * 2**20, 18_874_368)
+    wrong = {"B": tensor, "2B": 2 * tensor, "2(n-1)B": 2 * (n - 1) * tensor,
+             "an all-gather's": Fraction(n - 1, n) * tensor, "elements": answer / 4}
+    for slip, value in wrong.items():
+        assert abs(value / answer - 1) >= 0.25, slip
+    assert math.isclose(answer * 10**6 / 2**20, answer, rel_tol=0.05)  # MB for MiB: a slip
+
+
+def arguments_of(function, expression: str) -> dict:
+    """What ``expression``, a call of ``function``, passes it, by parameter, defaults filled in."""
+    import inspect
+
+    signature, bound = inspect.signature(function), {}
+
+    def record(*args, **kwargs) -> None:
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        bound.update(call.arguments)
+
+    eval(expression, {function.__name__: record})
+    return bound
+
+
+@pytest.mark.parametrize("name", ["collective_bytes", "zero_bytes_per_device"])
+def test_each_students_drawn_checks_are_valid_exact_and_their_own(name) -> None:
+    """grader/content/cases/parallel.py's DRAWN: three value checks per seed, each with input
+    the exercise accepts, whose reference answers (ints: exact, no tolerance) agree with an
+    oracle (NCCL-tests' bus factors; the ZeRO paper's formulas, shards rounded up); and other
+    seeds draw other inputs."""
+    import random
+
+    import solutions.parallel
+    from grader.content.cases import as_case, reference_value
+    from grader.content.cases.parallel import DRAWN
+
+    assert set(DRAWN) == {"collective_bytes", "zero_bytes_per_device"}
+    drawn = set()
+    for seed in range(8):
+        cases = [as_case(c) for c in DRAWN[name](random.Random(seed))]
+        assert cases == [as_case(c) for c in DRAWN[name](random.Random(seed))]  # deterministic
+        assert len(cases) == 3 and all(c.raises is None and c.rel_tol == 0 for c in cases)
+        for case in cases:
+            bound = arguments_of(getattr(solutions.parallel, name), case.expression)
+            value = reference_value(case, vars(solutions.parallel))
+            assert type(value) is int
+            if name == "collective_bytes":
+                n, tensor = bound["world_size"], bound["tensor_bytes"]
+                assert bound["op"] in COLLECTIVES and n >= 2 and tensor % n == 0 and tensor > 0
+                assert value == NCCL_TESTS_BUS_FACTOR[bound["op"]](n) * tensor
+            else:
+                psi, nd, stage = bound["n_params"], bound["world_size"], bound["stage"]
+                p, g, k = (bound[a] for a in ("bytes_per_param", "bytes_per_grad",
+                                              "optimizer_bytes_per_param"))
+                assert psi >= 1 and nd >= 2 and stage in (1, 2, 3) and min(p, g, k) >= 1
+                shard = math.ceil(Fraction(psi, nd))  # the paper's psi / Nd, padded
+                assert value == [(p + g) * psi + k * shard, p * psi + (g + k) * shard,
+                                 (p + g + k) * shard][stage - 1]
+        drawn.add(tuple(c.expression for c in cases))
+    assert len(drawn) == 8  # each seed its own inputs
 
 
 # ---------------------------------------------------------------- other correct implementations

@@ -22,6 +22,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from grader.content.lessons import load_lesson
+from grader.content.variants import variants_of
+from grader.grading.plans import variant_answer
 from grader.grading.sandbox import bwrap_path
 from solutions.parallel import (
     accumulation_comm_bytes,
@@ -73,6 +75,23 @@ def test_gloo_sums_exactly_and_sends_what_the_ring_counts(world_size: int) -> No
     # a 12 KiB tensor: the same headers and messages are a large part of what crosses the wire
     assert result["results"][0]["loopback_bytes_per_rank"] > 1.05 * collective_bytes(
         "all_reduce", small, world_size)
+
+
+RING_VARIANTS = variants_of(LESSON)["predicted_ring_bytes_per_rank"]
+
+
+@pytest.mark.parametrize("index", range(len(RING_VARIANTS.choices)))
+def test_each_students_ring_prediction_is_what_gloo_sends(index: int) -> None:
+    """The graded prediction of section 3, for every student's all-reduce (the default: 4 ranks,
+    12 MiB), against what the notebook's measuring cell measures: gloo's all-reduce of that
+    tensor on that many processes sends the answer plus under 1% of headers and messages."""
+    n_ranks, n_elements = (RING_VARIANTS.bound(index)[n] for n in ("n_ranks", "n_elements"))
+    answer = variant_answer(LESSON, "predicted_ring_bytes_per_rank", index)
+    result = demo("allreduce", "--world-size", str(n_ranks), "--sizes", str(4 * n_elements),
+                  "--repeats", "1", "--traffic-calls", "2", "--backend", "gloo",
+                  private_network=True)
+    assert result["correct"]
+    assert answer <= result["results"][0]["loopback_bytes_per_rank"] < 1.01 * answer
 
 
 def test_zero_redundancy_optimizer_gives_whole_tensors_largest_first() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import jaxtyping
 import pytest
@@ -10,6 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grader.content.cases import as_case, reference_value
+from grader.content.cases.strides import DRAWN, VARIANTS
+from grader.content.lessons import load_lesson
+from grader.grading.plans import variant_answer
 from solutions import strides
 from solutions.expand import expand_layout
 from solutions.strides import (
@@ -505,12 +510,73 @@ def test_the_sealed_answers_of_the_lesson_are_what_torch_does() -> None:
         t.transpose(1, 2).view(2, 12)
     assert strides.choice_transposed_view == "c"  # (c): torch refuses
     m = torch.zeros(1024, 1024)
-    copied = m.T.reshape(-1)
-    assert copied.untyped_storage().data_ptr() != m.untyped_storage().data_ptr()
-    assert strides.predicted_transpose_reshape_bytes == copied.untyped_storage().nbytes()
+    assert (strides.m_shape, strides.m_dtype) == MATRICES.choices[0] == ((1024, 1024), "float32")
+    assert strides.predicted_transpose_reshape_bytes == 4 * 2**20
     big = torch.zeros(2048, 2048, device="meta").clone()
     ratio = big.nbytes / m.clone().untyped_storage().nbytes()
     assert strides.predicted_copy_time_ratio == ratio == 4.0
+
+
+MATRICES = VARIANTS["predicted_transpose_reshape_bytes"]
+
+
+@pytest.mark.parametrize("index", range(len(MATRICES.choices)))
+def test_each_students_transpose_reshape_copies_the_bytes_of_their_answer(index: int) -> None:
+    """Each student's matrix, made by torch: m.T.reshape(-1) copies, and the copy's storage
+    holds that variant's answer; the band's reasoning (grader/content/cases/strides.py) holds."""
+    shape, dtype = MATRICES.choices[index]
+    answer = variant_answer(load_lesson("02_tensors_and_strides"),
+                            "predicted_transpose_reshape_bytes", index)
+    m = torch.zeros(shape, dtype=getattr(torch, dtype))
+    copied = m.T.reshape(-1)
+    assert copied.untyped_storage().data_ptr() != m.untyped_storage().data_ptr()
+    assert type(answer) is float and answer == copied.untyped_storage().nbytes()
+    mib = answer / 2**20
+    assert mib == int(mib) and math.isclose(mib * 1e6, answer, rel_tol=0.1)  # MB for MiB: in
+    wrong = [0, 2 * answer, *(m.numel() * size for size in (1, 2, 4, 8) if size != m.itemsize)]
+    assert not any(math.isclose(w, answer, rel_tol=0.1) for w in wrong)
+    others = [variant_answer(load_lesson("02_tensors_and_strides"),
+                             "predicted_transpose_reshape_bytes", i)
+              for i in range(len(MATRICES.choices)) if i != index]
+    assert not any(math.isclose(other, answer, rel_tol=0.1) for other in others)
+
+
+def torch_view_strides(shape, strides_, new_shape):
+    """The strides torch gives .view(new_shape) of that layout, or None where it refuses."""
+    t = torch.arange(1 + sum((n - 1) * s for n, s in zip(shape, strides_, strict=True)))
+    try:
+        return t.as_strided(shape, strides_).view(new_shape).stride()
+    except RuntimeError:
+        return None
+
+
+def torch_slice_dim(shape, strides_, offset, dim, start, stop, step=1):
+    """The layout of torch's own slice of that layout."""
+    t = torch.arange(1 + offset + sum((n - 1) * s for n, s in zip(shape, strides_, strict=True)))
+    t = t.as_strided(shape, strides_, offset)
+    return layout(t[(slice(None),) * (dim % t.dim()) + (slice(start, stop, step),)])
+
+
+@pytest.mark.parametrize("exercise", sorted(DRAWN))
+def test_drawn_hidden_inputs_are_valid_and_differ_between_students(exercise: str) -> None:
+    """Each student's drawn calls are ones the exercise accepts, the reference answers them as
+    torch does (exactly: no tolerance), and the same seed draws the same calls."""
+    oracle = {**vars(strides), "view_strides": torch_view_strides,
+              "slice_dim": torch_slice_dim}
+    drawn, answers = set(), []
+    for seed in range(40):
+        calls = DRAWN[exercise](random.Random(seed))
+        assert calls == DRAWN[exercise](random.Random(seed)) and len(calls) == 3
+        for case in map(as_case, calls):
+            assert case.raises is None and not case.rel_tol
+            got = reference_value(case, vars(strides))
+            assert got == eval(case.expression, oracle), case  # the same call, on torch
+            assert got is None or is_plain(got), case
+            answers.append(got)
+        drawn.add(tuple(calls))
+    assert len(drawn) == 40
+    if exercise == "view_strides":  # both sides of the rule come up
+        assert answers.count(None) >= 10 and len(answers) - answers.count(None) >= 10
 
 
 # ---------------------------------------------------------------- bad input

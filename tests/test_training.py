@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import random
 import zipfile
 from pathlib import Path
 
@@ -19,9 +20,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
-from grader.content.cases import as_case
-from grader.content.cases.training import CASES
+from grader.content.cases import as_case, reference_value
+from grader.content.cases.training import CASES, DRAWN, VARIANTS
+from grader.content.lessons import load_lesson
 from grader.content.notebook_checks import _difference
+from grader.grading.plans import variant_answer
 from solutions import training
 from solutions.backprop import gated_mlp_d_ff, transformer_params
 from solutions.memory import AdamW, training_memory
@@ -857,13 +860,103 @@ def test_the_predictions_answers_are_what_the_real_step_holds() -> None:
     assert training.predicted_checkpoint_bytes == checkpoint_bytes(model, optimizer)  # as asked
     assert 1 < len(file) / training.predicted_checkpoint_bytes < 1.05  # the file, measured beside
 
+
+STEP_VARIANTS = VARIANTS["predicted_step_bytes"]
+
+
+def test_the_step_bytes_default_is_section_1s_batch() -> None:
+    assert STEP_VARIANTS.bound(0) == {"step_batch_size": BATCH_SIZE, "step_seq_len": SEQ_LEN}
+    assert (training.step_batch_size, training.step_seq_len) == (BATCH_SIZE, SEQ_LEN)
+    assert training.predicted_step_bytes == 8_153_092
+
+
+@pytest.mark.parametrize("index", range(len(STEP_VARIANTS.choices)))
+def test_each_students_step_bytes_are_what_the_real_step_holds(index) -> None:
+    """The answer for each student's batch against the tensors of a real step (parameters,
+    gradients, AdamW's m and v) and the storages the hooks see saved."""
+    batch_size, seq_len = STEP_VARIANTS.choices[index]
     model = tiny(2, 64, 4, 256)
     optimizer = torch.optim.AdamW(model.parameters())
-    train_step(model, optimizer, *batch(256, BATCH_SIZE, SEQ_LEN))
+    train_step(model, optimizer, *batch(256, batch_size, seq_len))
     held = sum(p.nbytes + p.grad.nbytes + optimizer.state[p]["exp_avg"].nbytes
                + optimizer.state[p]["exp_avg_sq"].nbytes for p in model.parameters())
-    saved = measured_saved_bytes(shape, torch.float32, False)
-    assert training.predicted_step_bytes == held + saved == 8_153_092
+    saved = measured_saved_bytes((2, 64, 4, seq_len, 256, batch_size, None), torch.float32,
+                                 False)
+    assert variant_answer(load_lesson("06_training_step"), "predicted_step_bytes", index) \
+        == held + saved
+
+
+@pytest.mark.parametrize("index", range(len(STEP_VARIANTS.choices)))
+def test_the_step_bytes_band_passes_the_small_slips_and_fails_the_real_omissions(index) -> None:
+    """grader/content/cases/training.py's reasons for the band of 5%, for every batch: each
+    small term (and all of them together) may be missed, each real part may not."""
+    b, t = STEP_VARIANTS.choices[index]
+    answer = variant_answer(load_lesson("06_training_step"), "predicted_step_bytes", index)
+    n_layers, d, heads, v, n = 2, 64, 4, 256, transformer_params(2, 64, 256)
+    masks, ids, statistics = n_layers * t * t, 2 * 8 * b * t, 4 * (2 * n_layers + 1) * b * t
+    outside = 2 * 8 * b * t + 4 * (2 * b * t * d + b * t + b * t * v + 1)
+    activations = saved_activation_bytes(n_layers, d, heads, t, v, b)
+    slips = {"masks": masks, "ids": ids, "statistics": statistics,
+             "all small": masks + ids + statistics}
+    omissions = {"gradients": 4 * n, "adamw": 8 * n, "outside the blocks": outside,
+                 "softmax outputs": 4 * n_layers * b * heads * t * t,
+                 "activations": activations}
+    for name, n_bytes in slips.items():
+        assert math.isclose(answer - n_bytes, answer, rel_tol=0.05), name
+    for name, n_bytes in omissions.items():
+        assert not math.isclose(answer - n_bytes, answer, rel_tol=0.05), name
+    assert masks / answer <= 0.006 and (masks + ids + statistics) / answer <= 0.008
+    assert 4 * n / answer > 0.064 and outside / answer > 0.07
+    assert 5.6e6 < answer < 8.2e6
+
+
+# ---------------------------------------------------------------- drawn hidden inputs
+
+SEEDS = range(6)
+
+
+def _drawn(name: str, seed: int) -> list[tuple[str, object]]:
+    """Each drawn case of ``name`` for ``seed``, with the reference's value (as grading
+    computes it)."""
+    namespace = {**vars(training), "math": math, "torch": torch}
+    return [(case.expression, reference_value(case, namespace))
+            for case in map(as_case, DRAWN[name](random.Random(seed)))]
+
+
+def test_drawn_cases_differ_between_students_and_repeat_for_one() -> None:
+    for name, draw in DRAWN.items():
+        drawn = [tuple(draw(random.Random(seed))) for seed in SEEDS]
+        assert len(set(drawn)) == len(drawn), name
+        assert drawn[0] == tuple(draw(random.Random(0))), name
+        assert all(len(cases) == 3 for cases in drawn), name
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_drawn_step_flops_are_what_flop_counter_counts(seed) -> None:
+    """Each drawn call on the reference against FlopCounterMode around the same step (one head
+    of width d_model, as train_step_flops does not depend on the heads)."""
+    def measured(n_layers, d_model, seq_len, vocab_size, batch_size, d_ff=None,
+                 recompute=False):
+        shape = (n_layers, d_model, 1, seq_len, vocab_size, batch_size, d_ff)
+        return measured_step_flops(shape, recompute)["total"]
+
+    for expression, expected in _drawn("train_step_flops", seed):
+        assert type(expected["total"]) is int
+        assert expected["total"] == eval(expression, {"train_step_flops": measured,
+                                                      "torch": torch}), expression
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_drawn_saved_bytes_are_what_the_hooks_see(seed) -> None:
+    def measured(n_layers, d_model, n_heads, seq_len, vocab_size, batch_size, d_ff=None,
+                 dtype=torch.float32, checkpoint_blocks=False):
+        shape = (n_layers, d_model, n_heads, seq_len, vocab_size, batch_size, d_ff)
+        return measured_saved_bytes(shape, dtype, checkpoint_blocks)
+
+    for expression, expected in _drawn("saved_activation_bytes", seed):
+        assert type(expected) is int
+        assert expected == eval(expression, {"saved_activation_bytes": measured,
+                                             "torch": torch}), expression
 
 
 class _Payload:

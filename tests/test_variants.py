@@ -1,7 +1,8 @@
-"""Each student's own variant: the course key and the draw (grader/gradebook/variants.py)."""
+"""Each student's own variant: the course key and the draw (grader/content/variants.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader.common.errors import CourseError
-from grader.gradebook.variants import KEY_BYTES, KEY_FILE, course_key, draw, seed
+from grader.content.variants import KEY_BYTES, KEY_FILE, course_key, draw, fingerprint, seed
 
 KEY = bytes(range(KEY_BYTES))
 IDS = st.text(min_size=1, max_size=40)
@@ -68,3 +69,151 @@ def test_a_damaged_or_readable_key_is_refused_saying_what_to_do(tmp_path) -> Non
     os.chmod(path, 0o644)
     with pytest.raises(CourseError, match="chmod 600"):
         course_key(tmp_path)
+
+
+# ---------------------------------------------------------------- graded on one's own numbers
+
+LESSON = "05_adamw_memory"
+PREDICTION = "predicted_mlp_training_bytes"
+
+
+def _ids_drawing(key: bytes, lesson, wanted: list[int]) -> list[str]:
+    """Student ids that draw the variants ``wanted`` of the lesson's graded prediction, in order."""
+    from grader.content.variants import variants_of
+
+    count = len(variants_of(lesson)[PREDICTION].choices)
+    found: list[str] = []
+    for i in range(10_000):
+        student = f"s{i:04d}"
+        if len(found) < len(wanted) and draw(key, lesson.name, PREDICTION, student, count) \
+                == wanted[len(found)] and student not in found:
+            found.append(student)
+    return found
+
+
+def _recorded(nb, student: str | None, index: int, course: str = ""):
+    """``nb`` as the lab saves it after its variant cell drew ``index`` for ``student`` with
+    the key whose fingerprint is ``course``."""
+    from nbformat.v4 import new_output
+
+    from tests.grading_helpers import cell
+
+    cell(nb, f"variant-{PREDICTION}").outputs = [new_output(
+        "display_data", data={"text/plain": "Your numbers: ..."},
+        metadata={"counting_the_cost": {"variant": {
+            "exercise": f"{LESSON}/{PREDICTION}", "student": student, "index": index,
+            "course": course}}})]
+    return nb
+
+
+@pytest.mark.slow
+def test_each_student_is_graded_on_their_own_numbers_and_a_copy_earns_nothing(
+        tmp_path, shared_tmp) -> None:
+    """Four hand-ins of lesson 05 in one batch: two honest students on different variants
+    (full marks, each with the answer for their own MLP on the feedback page); a copy of the
+    first one's notebook handed in by a third student, and a notebook worked on the default
+    numbers by a fourth whose own differ: both lose the prediction's point (and only it) and
+    are flagged, saying why. Then report's pass rates by variant, and review."""
+    import csv
+    import html
+    import re
+
+    from grader.content.lessons import load_lesson
+    from grader.grading.plans import variant_answer
+    from tests.grading_helpers import (
+        answered,
+        cell,
+        grader,
+        read_export,
+        read_notebook,
+        released_course,
+        submit,
+    )
+
+    lesson = load_lesson(LESSON)
+    course = released_course([lesson], shared_tmp, tmp_path / "course")
+    key = course_key(course)
+    assert key is not None  # release made it, beside the gradebook, not in the release
+    assert not any(KEY_FILE in str(p) for p in (course / "release").rglob("*"))
+    first, second, copier, self_study, elsewhere = _ids_drawing(key, lesson, [1, 2, 3, 2, 3])
+    student = read_notebook(course / "release" / LESSON / lesson.notebook.name)
+    folder = tmp_path / "in"
+    for name, index in ((first, 1), (second, 2)):  # as their labs saved them
+        submit(folder, name, _recorded(answered(student, lesson), name, index,
+                                       fingerprint(key)), lesson.notebook.name)
+    copied = answered(student, lesson)  # the first one's numbers, written in as a number
+    cell(copied, PREDICTION).source = (f"{PREDICTION} = "
+                                       f"{float(variant_answer(lesson, PREDICTION, 1))!r}")
+    submit(folder, copier, _recorded(copied, first, 1), lesson.notebook.name)
+    default = answered(student, lesson)
+    cell(default, PREDICTION).source = (f"{PREDICTION} = "
+                                        f"{float(variant_answer(lesson, PREDICTION, 0))!r}")
+    submit(folder, self_study, _recorded(default, None, 0), lesson.notebook.name)
+    other_key = answered(student, lesson)  # a lab with a course directory of its own
+    cell(other_key, PREDICTION).source = (f"{PREDICTION} = "
+                                          f"{float(variant_answer(lesson, PREDICTION, 1))!r}")
+    submit(folder, elsewhere, _recorded(other_key, elsewhere, 1, fingerprint(bytes(KEY_BYTES))),
+           lesson.notebook.name)
+
+    grader("autograde", LESSON, folder, "--course-dir", course)
+    grader("export", "--course-dir", course, "--csv", tmp_path / "grades.csv")
+    rows = read_export(tmp_path / "grades.csv")
+    scores = {s: float(rows[(s, LESSON)][f"{LESSON}/{PREDICTION}"])
+              for s in (first, second, copier, self_study, elsewhere)}
+    assert scores == {first: 1.0, second: 1.0, copier: 0.0, self_study: 0.0, elsewhere: 0.0}
+    totals = {s: float(rows[(s, LESSON)]["score"]) for s in scores}
+    assert totals[first] == totals[second] == totals[copier] + 1 == totals[self_study] + 1
+    assert [rows[(s, LESSON)]["status"] for s in scores] == [
+        "graded", "graded", "needs_review", "needs_review", "needs_review"]
+    status = json.loads((course / "grading_status.json").read_text())[LESSON]
+    assert f"drawn for another student id, '{first}'" in status[copier]["reason"]
+    assert "on the course's default numbers" in status[self_study]["reason"]
+    assert "with another course's key" in status[elsewhere]["reason"]
+
+    grader("feedback", LESSON, "--course-dir", course)
+    for name, index in ((first, 1), (second, 2), (copier, 3)):
+        page = course / "feedback" / name / LESSON / f"{lesson.notebook_id}.html"
+        text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", page.read_text())).split())
+        spec = variants_of_lesson(lesson)
+        answer = f"{int(variant_answer(lesson, PREDICTION, index)):,}"
+        assert f"the answer for your numbers ({spec.said(index)}) is {answer}" in text, name
+        assert "within 10% of it" in text
+        assert f"Your numbers (drawn for {name}): {spec.said(index)}" in text  # their MLP ran
+    grader("report", LESSON, "--course-dir", course)
+    with (course / "reports" / LESSON / "variants.csv").open() as handle:
+        by_variant = {int(r["variant"]): (int(r["passed"]), int(r["graded"]))
+                      for r in csv.DictReader(handle)}
+    assert by_variant == {0: (0, 0), 1: (1, 1), 2: (1, 2), 3: (0, 2)}
+    shown = grader("review", LESSON, copier, "--course-dir", course).stdout
+    assert f"the answer for your numbers ({variants_of_lesson(lesson).said(3)})" in shown
+
+
+def variants_of_lesson(lesson):
+    from grader.content.variants import variants_of
+
+    return variants_of(lesson)[PREDICTION]
+
+
+def test_two_students_meet_their_own_hidden_inputs_and_the_kernel_sees_no_seed() -> None:
+    from grader.content.lessons import load_lesson
+    from grader.content.variants import lesson_draw
+    from grader.grading.plans import plan_for
+    from grader.grading.probe import exercises
+
+    lesson = load_lesson(LESSON)
+
+    def hidden(student: str | None, key: bytes | None = KEY) -> list[str]:
+        plan = plan_for(lesson, lesson_draw(key, lesson, student))
+        [memory] = [e for e in plan if e.name == "training_memory"]
+        return [c.expression for c in memory.checks]
+
+    base = [c.expression for e in exercises(lesson) if e.name == "training_memory"
+            for c in e.checks]
+    ana, ben = hidden("ana"), hidden("ben")
+    assert ana[:len(base)] == base == ben[:len(base)]  # the fixed corner cases, for everyone
+    assert len(ana) == len(base) + 3 and ana[len(base):] != ben[len(base):]
+    assert hidden("ana") == ana  # the same id, the same inputs
+    assert hidden("ana", key=None) == base  # no key: the defaults, nothing drawn
+    draw_ = lesson_draw(KEY, lesson, "ana")
+    assert set(json.loads(draw_.environment()["CTC_VARIANTS"])) == {"student", "course", "draws"}
+    assert str(draw_.seeds["training_memory"]) not in draw_.environment()["CTC_VARIANTS"]

@@ -8,15 +8,19 @@ Settings (environment variables of the hub process, read at start):
     CTC_EXCHANGE    nbgrader's exchange folder, mode 1777 (default /srv/nbgrader/exchange).
     CTC_USERS_FILE  who may log in (default users.txt beside this file): one "ROLE NAME" a line,
                     ROLE "student" or "instructor"; "#" starts a comment.
+    CTC_COURSE_DIR  the instructor's course folder (default /srv/ctc-course), whose key
+                    (variants.key, made by the first release) draws each student's own numbers.
 """
 
 import os
+import subprocess
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("CTC_VENV", "/opt/counting-the-cost/venv"))
 EXCHANGE = os.environ.get("CTC_EXCHANGE", "/srv/nbgrader/exchange")
 USERS_FILE = Path(os.environ.get("CTC_USERS_FILE", HERE / "users.txt"))
+COURSE_DIR = Path(os.environ.get("CTC_COURSE_DIR", "/srv/ctc-course"))
 
 
 def read_users(path: Path) -> dict[str, set[str]]:
@@ -45,6 +49,21 @@ def config_folder(spawner) -> str:
     return str(HERE / role)
 
 
+def student_variants(spawner) -> str:
+    """The user's own numbers in every lesson (grader/content/variants.py), drawn for their hub
+    user name with the course's key. The hub runs as root and reads the key; the user's server
+    gets the draws alone. Before the first release there is no key: "" (the defaults)."""
+    code = ("import sys; from pathlib import Path; "
+            "from grader.content.variants import course_key, lab_variants; "
+            "key = course_key(Path(sys.argv[1])); "
+            "print(lab_variants(key, sys.argv[2]) if key else '')")
+    done = subprocess.run([str(VENV / "bin" / "python"), "-c", code, str(COURSE_DIR),
+                           spawner.user.name], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:  # the server must not start with other numbers than the grader's
+        raise RuntimeError(f"could not draw {spawner.user.name}'s variants: {done.stderr[-500:]}")
+    return done.stdout.strip()
+
+
 c = get_config()  # noqa: F821
 
 # PAMAuthenticator and LocalProcessSpawner, JupyterHub's defaults: the hub runs as root and
@@ -58,6 +77,7 @@ c.Spawner.default_url = "/lab"
 c.Spawner.environment = {
     "JUPYTER_CONFIG_PATH": config_folder,
     "CTC_EXCHANGE": EXCHANGE,  # read by the role folders' nbgrader_config.py
+    "CTC_VARIANTS": student_variants,  # read by each lesson's variant cell
     # The course's Python first, for the terminal and for nbgrader's Validate.
     "PATH": f"{VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin",
 }

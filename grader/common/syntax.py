@@ -19,3 +19,18 @@ def parse(source: str) -> ast.Module:
     """``ast.parse(source)``, holding the lock."""
     with _ONE_AT_A_TIME:
         return ast.parse(source)
+
+
+def evaluate(expression: str, namespace: dict) -> object:
+    """``eval(expression, namespace)``, parsed and compiled holding the lock (the code itself
+    runs without it)."""
+    with _ONE_AT_A_TIME:
+        code = compile(ast.parse(expression, mode="eval"), "<expression>", "eval")
+    return eval(code, namespace)
+
+
+def execute(source: str, namespace: dict) -> None:
+    """``exec(source, namespace)``, parsed and compiled holding the lock."""
+    with _ONE_AT_A_TIME:
+        code = compile(ast.parse(source), "<source>", "exec")
+    exec(code, namespace)

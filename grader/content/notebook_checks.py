@@ -4,11 +4,13 @@
 # `check_raises("f(-1)", ValueError)` passes when f(-1) raises a ValueError (or a subclass).
 # A cell that calls an exercise not done yet says which one to finish, in one line.
 # `check_prediction("my_guess", sealed)` says how close your prediction is, without showing the
-# answer in the cell (it is sealed: packed, not written out); `compare_prediction("my_guess",
-# measured)` sets it beside a measurement.
+# answer in the cell (it is sealed: packed, not written out); a graded prediction's check says
+# only that your number is in: it is graded against your own numbers (`your_variant`), once
+# handed in. `compare_prediction("my_guess", measured)` sets it beside a measurement.
 import base64 as _base64
 import json as _json
 import math as _math
+import os as _os
 import re as _re
 import sys as _sys
 import zlib as _zlib
@@ -68,12 +70,12 @@ def check_raises(expression: str, error: type[Exception]):
     raise CheckFailed(f"{expression}: expected {error.__name__}, got a result {got!r:.200}")
 
 
-def check_prediction(name: str, sealed: str, *, rel_tol: float = 0.25,
+def check_prediction(name: str, sealed: str | None = None, *, rel_tol: float = 0.25,
                      graded: bool = False) -> None:
     """Say whether the number you predicted, ``name``, is within ``rel_tol`` of the answer; the
-    answer stays sealed until you have committed to yours. A graded prediction's check says
-    only whether your number is inside the graded band, not on which side of the answer it is;
-    one outside the band is marked so that Validate counts no point for it, as grading will."""
+    answer stays sealed until you have committed to yours. A graded prediction's check holds no
+    answer: it says your number is in (a number, not how close), and grading compares it with
+    the answer for your own numbers (the feedback page shows both)."""
     namespace = _sys._getframe(1).f_globals
     guess = namespace.get(name)
     if guess is None or guess is Ellipsis:
@@ -84,22 +86,56 @@ def check_prediction(name: str, sealed: str, *, rel_tol: float = 0.25,
         return
     if type(guess) not in (int, float) or not _math.isfinite(guess):
         raise CheckFailed(f"{name}: write your prediction as a number (got {guess!r:.60})")
-    answer = _unseal(sealed)
-    close = _math.isclose(guess, answer, rel_tol=rel_tol)
     shown = f"{name} = {readable(guess)}"
-    if graded and close:
-        print(f"{shown}: in, and within the graded band ({rel_tol:.0%} either side of the "
-              "answer): all visible checks passed")
-    elif graded:
-        _verdict(f"{shown}: in, outside the graded band ({rel_tol:.0%} either side of the "
-                 "answer): no point. The next cells show why; keep your number, and compare.",
-                 "outside_band")
-    elif close:
+    if graded:
+        _verdict(f"{shown}: in, and all visible checks passed. It is graded once you hand it "
+                 f"in: within {rel_tol:.0%} of the answer for your numbers earns its point, and "
+                 "your feedback shows the answer. The next cells show why; keep your number, "
+                 "and compare.", "in")
+        return
+    answer = _unseal(sealed)
+    if _math.isclose(guess, answer, rel_tol=rel_tol):
         print(f"{shown}: within {rel_tol:.0%} of the answer. Well predicted.")
     else:
         side = "above" if guess > answer else "below"
         print(f"{shown}: {side} the answer by more than {rel_tol:.0%}. The next cells show why; "
               "keep your number, and compare.")
+
+
+_said_default = False  # the note that no student id is set: once per kernel
+
+
+def your_variant(exercise: str, names: tuple, choices: list, words: str):
+    """Your own numbers for the graded prediction ``exercise``: the choice drawn for your
+    student id (which the lab or the hub gives this kernel in ``CTC_VARIANTS``), shown in plain
+    words and returned (one value, or a tuple for several names). Without an id, the first
+    choice: the course's default, which the text around it describes."""
+    global _said_default
+    try:
+        given = _json.loads(_os.environ.get("CTC_VARIANTS") or "{}")
+        student, index = given.get("student"), given.get("draws", {}).get(exercise, 0)
+        course = given.get("course", "")
+    except (ValueError, AttributeError):
+        student, index, course = None, 0, ""
+    if type(student) is not str or type(index) is not int or not 0 <= index < len(choices):
+        student, index = None, 0
+    course = course if type(course) is str and student is not None else ""
+    values = tuple(choices[index])
+    text = words.format(**dict(zip(names, values, strict=True)))
+    if student is not None:
+        line = f"Your numbers (drawn for {student}): {text}"
+    else:
+        line = f"Your numbers: {text}"
+        if not _said_default:
+            line += ("\n(No student id is set, so these are the course's default numbers, "
+                     "which the text above describes: fine for self-study. In a class, the hub "
+                     "sets your id; on your own machine, start the lab with --student YOUR_ID)")
+            _said_default = True
+    from IPython.display import publish_display_data
+
+    publish_display_data({"text/plain": line}, metadata={"counting_the_cost": {"variant": {
+        "exercise": exercise, "student": student, "index": index, "course": course[:40]}}})
+    return values[0] if len(values) == 1 else values
 
 
 def compare_prediction(name: str, measured: float, *, unit: str = "") -> None:

@@ -22,6 +22,7 @@ import ast
 import importlib
 import inspect
 import math
+import textwrap
 from collections.abc import Callable
 from types import ModuleType
 
@@ -33,6 +34,7 @@ from grader.common.errors import CourseError
 from grader.content.cases import Case, as_case, reference_raises, reference_value
 from grader.content.lessons import BEGIN_HIDDEN, CHECKS_SOURCE, DATA, END_HIDDEN, Lesson
 from grader.content.notebook_checks import _difference
+from grader.content.variants import Variants, variants_of
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 MAX_LITERAL_ELEMENTS = 64  # larger tensors need an oracle expression (Case.expected)
@@ -234,6 +236,25 @@ def _replace_region(source: str, begin: str, end: str, body: list[str], where: s
     return "\n".join([*lines[: start + 1], *body, *lines[stop:]])
 
 
+# ------------------------------------------------------------------ variant cells
+
+VARIED_NOTE = ("# Graded outside the notebook: the grader compares your number with the answer "
+               "for your own numbers.")
+
+
+def variant_cell_source(lesson: Lesson, exercise: str, spec: Variants) -> str:
+    """The locked cell that binds a graded prediction's names to the student's own choice."""
+    rows = "".join(f"        {render_literal(tuple(choice))},\n" for choice in spec.choices)
+    pieces = textwrap.wrap(spec.words, 84, drop_whitespace=False, break_long_words=False)
+    return (f"# Your own numbers for the prediction below: each student draws theirs (one of "
+            f"these {len(spec.choices)}).\n"
+            f"{', '.join(spec.names)} = your_variant(\n"
+            f"    {f'{lesson.name}/{exercise}'!r},\n"
+            f"    {spec.names!r},\n"
+            f"    [\n{rows}    ],\n"
+            + "".join(f"    {piece!r}\n" for piece in pieces[:-1]) + f"    {pieces[-1]!r})")
+
+
 # ------------------------------------------------------------------ whole notebooks
 
 
@@ -243,6 +264,8 @@ def expected_notebook(lesson: Lesson) -> nbformat.NotebookNode:
     module = importlib.import_module(lesson.module)
     cases: dict[str, list[Case | str]] = importlib.import_module(lesson.cases).CASES
     checks_source = CHECKS_SOURCE.read_text().rstrip("\n")
+    variants = variants_of(lesson)
+    placed: set[str] = set()
     graded: list[str] = []
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -266,14 +289,30 @@ def expected_notebook(lesson: Lesson) -> nbformat.NotebookNode:
             cell.metadata["nbgrader"] = {"grade": False, "grade_id": f"given-{names[0]}",
                                          "locked": True, "schema_version": 3,
                                          "solution": False, "task": False}
+        elif "variant_of" in cell.metadata.get("course", {}):
+            name = cell.metadata.course.variant_of
+            if name not in variants:
+                raise CourseError(f"{lesson.notebook.name}: a variant cell for {name!r}, which "
+                                  f"{lesson.cases} gives no VARIANTS")
+            cell.source = variant_cell_source(lesson, name, variants[name])
+            cell.metadata["nbgrader"] = {"grade": False, "grade_id": f"variant-{name}",
+                                         "locked": True, "schema_version": 3,
+                                         "solution": False, "task": False}
+            placed.add(name)
         elif meta.get("grade") and grade_id.startswith("test-"):
             name = grade_id.removeprefix("test-")
             if not cases.get(name):
                 raise CourseError(f"{lesson.cases} has no hidden cases for {name!r}")
             where = f"{lesson.notebook.name}, cell {grade_id}"
             existing = _region(cell.source, BEGIN_HIDDEN, END_HIDDEN)
-            lines = hidden_check_lines(module, cases[name], existing)
+            # A prediction that varies is judged per student, outside the notebook only.
+            lines = [VARIED_NOTE] if name in variants else hidden_check_lines(
+                module, cases[name], existing)
             cell.source = _replace_region(cell.source, BEGIN_HIDDEN, END_HIDDEN, lines, where)
+    unplaced = sorted(set(variants) - placed)
+    if unplaced:
+        raise CourseError(f"{lesson.notebook.name}: no variant cell (metadata course.variant_of)"
+                          f" for {', '.join(unplaced)}")
     untested = sorted(set(graded) - {c.metadata.nbgrader.get("grade_id", "").removeprefix("test-")
                                      for c in nb.cells if "nbgrader" in c.metadata})
     if untested:

@@ -31,6 +31,7 @@ from grader.common.faults import (
 from grader.common.files import remove_tree
 from grader.common.text import display_name, inert, valid_student_id
 from grader.content.lessons import Lesson
+from grader.content.variants import course_key, lesson_draw
 from grader.gradebook import deadlines as deadlines_mod
 from grader.gradebook import ledger
 from grader.gradebook import store as storage
@@ -173,6 +174,7 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str,
         grade_on_workers(course, lesson, pending, limits, partial, use_sandbox, broker, store,
                          jobs)
         return
+    key = course_key(course.root)  # each student's own numbers (none: the defaults)
 
     def work(item: tuple[str, Path, list[str], str]) -> tuple[Graded, str]:
         student_id, notebook, notes, digest = item
@@ -180,7 +182,8 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str,
         try:
             graded = grade_submission(notebook, "; ".join(notes), lesson, student_id,
                                       course.db_url, limits, use_sandbox,
-                                      course.gradebook_lock, partial)
+                                      course.gradebook_lock, partial,
+                                      lesson_draw(key, lesson, student_id))
         except Unavailable:
             raise
         except Exception as error:  # a bug of ours must not stop the batch
@@ -258,10 +261,12 @@ def grade_on_workers(course, lesson: Lesson, pending: list, limits: Limits, part
 
     app = make_app(broker, visibility_timeout=limits.notebook_seconds + 600)
     digests, prepared = {}, []
+    key = course_key(course.root)
     for student_id, notebook, notes, digest in pending:
         try:
             ready = prepare_submission(notebook, "; ".join(notes), lesson, student_id,
-                                       course.db_url, course.gradebook_lock)
+                                       course.db_url, course.gradebook_lock,
+                                       lesson_draw(key, lesson, student_id))
         except Unavailable:
             raise
         except Exception as error:  # one notebook must not stop the class

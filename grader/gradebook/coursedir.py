@@ -37,6 +37,8 @@ from pathlib import Path
 from grader.common.errors import CourseError
 from grader.common.text import tail
 from grader.content.lessons import COURSE_ID, REPO, Lesson
+from grader.content.variants import KEY_FILE as KEY_NAME
+from grader.content.variants import course_key, variants_of
 from grader.gradebook import deadlines as deadlines_mod
 from grader.gradebook import ledger
 
@@ -137,6 +139,8 @@ class CourseDir:
         if drift:
             raise CourseError(f"{lesson.name} is out of step: {drift[0]}; "
                               "run `python -m grader sync` first")
+        if variants_of(lesson):  # each student's own numbers: the course's key, made once
+            course_key(self.root, create=True)
         source = self.root / "source" / lesson.name
         if source.exists():
             shutil.rmtree(source)
@@ -217,3 +221,25 @@ def _nbgrader_templates() -> str:
 
     return str(Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader"
                / "templates")
+
+
+def student_codes(course: CourseDir, students: list[str]) -> list[tuple[str, str]]:
+    """Each student's code (grader/content/variants.py): ``students``, or every student the
+    gradebook knows."""
+    from grader.common.text import valid_student_id
+    from grader.content.variants import student_code
+
+    key = course_key(course.root)
+    if key is None:
+        raise CourseError(f"{course.root} has no key yet ({KEY_NAME}): release a lesson first "
+                          "(python -m grader release)")
+    if not students and course.has_gradebook():
+        with course.gradebook() as gb:
+            students = sorted(student.id for student in gb.students)
+    if not students:
+        raise CourseError("no students named, and none in the gradebook: name them "
+                          "(python -m grader variants ID ...)")
+    bad = [s for s in students if not valid_student_id(s)]
+    if bad:
+        raise CourseError(f"not student ids: {', '.join(map(repr, bad[:5]))}")
+    return [(student, student_code(key, student)) for student in students]

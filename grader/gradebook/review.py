@@ -224,6 +224,8 @@ def show(course, lesson: Lesson, student_id: str, history: bool = True) -> None:
             mark = "  (set)" if name in state.overrides else ""
             lines.append(f"  {name:<26} {_num(result['score']):>6} {_num(result['max_score']):>4}"
                          f" {_num(result['computed']):>9}  {passed}{mark}")
+            if ran.get("told"):  # a graded prediction: the student's numbers and answer
+                lines.append(f"    {inert(ran['told'], 500)}")
             lines += _failed_checks(ran)
         lines += late_lines(row, "  ")
     shown = state.history if history else state.in_force
@@ -369,3 +371,43 @@ def regrade(course, lesson: Lesson, student_id: str, by: str | None, discard: bo
         "note": "", "notebook_sha256": statuses.get(student_id, {}).get("notebook_sha256", "")}])
     show(course, lesson, student_id, history=False)
     return statuses
+
+
+def command(course, lesson: Lesson, args) -> int:
+    """``python -m grader review``: list the flagged, show a student, or record a decision, as
+    the command line's ``args`` ask."""
+    decision = bool(args.accept or args.set or args.total is not None or args.clear
+                    or args.clear_total or args.note is not None)
+    regrade_only = (args.discard_overrides, args.no_sandbox, args.partial_credit)
+    if args.accept_all or args.reason is not None:
+        if args.student is not None or not args.accept_all or not (args.reason or "").strip() \
+                or args.accept or args.set or args.total is not None or args.clear \
+                or args.clear_total or args.regrade or any(regrade_only):
+            raise CourseError("--accept-all goes with --reason TEXT (the reason every flag it "
+                              "accepts is for) and at most --note and --by, for the whole "
+                              f"lesson: python -m grader review {lesson.name} --accept-all "
+                              "--reason \"in place of\"")
+        accept_all(course, lesson, args.reason, args.note, args.by)
+        return 0
+    if args.student is None:
+        if decision or args.regrade or any(regrade_only):
+            raise CourseError("name the STUDENT a decision is for: python -m grader review "
+                              f"{lesson.name} STUDENT ...")
+        flagged(course, lesson)
+        return 0
+    if args.regrade:
+        if decision:
+            raise CourseError("--regrade grades the stored notebook again and decides nothing: "
+                              "run it on its own, then decide")
+        regrade(course, lesson, args.student, args.by, args.discard_overrides,
+                       use_sandbox=not args.no_sandbox, partial=args.partial_credit)
+        return 0
+    if any(regrade_only):
+        raise CourseError("--discard-overrides, --no-sandbox and --partial-credit go with "
+                          "--regrade")
+    if decision:
+        decide(course, lesson, args.student, args.set, args.total, args.clear,
+                      args.clear_total, args.accept, args.note, args.by)
+    else:
+        show(course, lesson, args.student)
+    return 0

@@ -139,7 +139,7 @@ def ledger_row(course, lesson: Lesson, graded: Graded) -> dict:
                                "failures": v.visible_failures[:10],
                                "hidden_failed": v.hidden_failed,
                                "hidden_failures": v.hidden_failures[:10],
-                               "first_run": v.first_run[:10]}
+                               "first_run": v.first_run[:10], "told": v.told}
                       for v in graded.verdicts}}
     handin = course.handins.get(lesson.name, {}).get(graded.student_id)
     if handin:

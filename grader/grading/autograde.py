@@ -23,11 +23,14 @@ from nbformat.v4 import new_output
 
 from grader.common import syntax
 from grader.common.faults import Unavailable, database_name, is_database_error, retrying
+from grader.common.text import inert
 from grader.content.lessons import BEGIN_HIDDEN, END_HIDDEN, Lesson
+from grader.content.variants import Draw
 from grader.grading.execute import Run, run_submission
 from grader.grading.kernel import GradingError
 from grader.grading.limits import Limits
-from grader.grading.probe import Verdict, exercises
+from grader.grading.plans import plan_for
+from grader.grading.probe import Exercise, Verdict
 
 # Code that reaches for the grader's machinery or outside its notebook. Not forbidden (the
 # sandbox makes it harmless, the scoring outside the kernel makes it useless); flagged so that an
@@ -257,17 +260,71 @@ def annotate(nb: NotebookNode, verdicts: list[Verdict], events: list[str]) -> No
 
 @dataclass
 class Prepared:
-    """A submission ready to run: sanitized by nbgrader, flagged, hidden tests removed."""
+    """A submission ready to run: sanitized by nbgrader, flagged, hidden tests removed, with
+    the student's own draw (the variants and drawn inputs they are graded on)."""
 
     student_id: str
     notebook: NotebookNode
     reasons: list[str]
     flags: list[str]
+    draw: Draw | None = None
+
+    def plan(self, lesson: Lesson) -> tuple[Exercise, ...]:
+        return plan_for(lesson, self.draw)
+
+    def env(self) -> dict[str, str]:
+        return self.draw.environment() if self.draw is not None else {}
+
+
+def recorded_variants(nb: NotebookNode) -> list[tuple[str, str | None, int, str]]:
+    """(exercise, student, index, key's fingerprint) of each variant the handed-in notebook
+    shows it drew (the saved output of its variant cells; the student may have cleared it, or
+    written it)."""
+    found = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            mark = output.get("metadata", {}).get("counting_the_cost", {}) \
+                if isinstance(output, dict) and isinstance(output.get("metadata"), dict) else {}
+            shown = mark.get("variant") if isinstance(mark, dict) else None
+            if isinstance(shown, dict) and isinstance(shown.get("exercise"), str) \
+                    and type(shown.get("index")) is int \
+                    and (shown.get("student") is None or isinstance(shown.get("student"), str)):
+                course = shown.get("course")
+                found.append((shown["exercise"][:200], shown["student"], shown["index"],
+                              course[:40] if isinstance(course, str) else ""))
+    return found[:50]
+
+
+def drawn_elsewhere(nb: NotebookNode, lesson: Lesson, draw: Draw | None) -> list[str]:
+    """Why a handed-in notebook was worked for other numbers than its student's: drawn for
+    another id, or without an id on the default numbers where the student's differ. It is
+    graded against the student's own numbers either way; the instructor is told."""
+    if draw is None or draw.student is None:
+        return []
+    reasons = []
+    for exercise, student, index, course in recorded_variants(nb):
+        name = exercise.removeprefix(f"{lesson.name}/")
+        if name not in draw.variants:
+            continue
+        if student is not None and student != draw.student:  # a copy, whatever its numbers
+            reasons.append(f"its {name} was drawn for another student id, "
+                           f"{inert(student, limit=60)!r}: graded against this student's own "
+                           "numbers")
+        elif index == draw.variants[name]:
+            continue  # the student's own numbers
+        elif student is None:
+            reasons.append(f"its {name} was worked on the course's default numbers (no student "
+                           "id set in the lab): graded against this student's own numbers")
+        elif course != draw.course:
+            reasons.append(f"its {name} was drawn for this student with another course's key "
+                           "(a lab with a course directory of its own?): graded against this "
+                           "student's own numbers")
+    return list(dict.fromkeys(reasons))
 
 
 def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_id: str,
                        db_url: str, gradebook_lock: AbstractContextManager | None = None,
-                       ) -> Prepared | Graded:
+                       draw: Draw | None = None) -> Prepared | Graded:
     """Read and sanitize a submission; a ``Graded`` (invalid) when it cannot be."""
     try:
         submitted = nbformat.read(notebook_path, as_version=4)
@@ -289,12 +346,13 @@ def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_i
     except Exception as error:
         return Graded(student_id, "invalid", [f"the notebook could not be prepared for "
                                               f"grading ({type(error).__name__}: {error})"[:300]])
-    return Prepared(student_id, cleaned, reasons + notes, scan(submitted, source))
+    reasons += drawn_elsewhere(submitted, lesson, draw)
+    return Prepared(student_id, cleaned, reasons + notes, scan(submitted, source), draw)
 
 
 def finish(prepared: Prepared, run: Run, lesson: Lesson) -> Graded:
     """The graded submission from its run: verdicts under the test cells, status and reasons."""
-    verdicts = [run.verdicts[exercise.name] for exercise in exercises(lesson)]
+    verdicts = [run.verdicts[exercise.name] for exercise in prepared.plan(lesson)]
     annotate(run.notebook, verdicts, run.events)
     reasons = prepared.reasons + run.events
     reasons += [f"code reaches for {what}" for what in prepared.flags]
@@ -314,8 +372,8 @@ def run_prepared(prepared: Prepared, lesson: Lesson, limits: Limits, use_sandbox
     """Run a prepared submission here, judging as it goes."""
     files = [lesson.folder / name for name in lesson.data_files]
     try:
-        run = run_submission(prepared.notebook, files, exercises(lesson), limits, use_sandbox,
-                             partial)
+        run = run_submission(prepared.notebook, files, prepared.plan(lesson), limits,
+                             use_sandbox, partial, env=prepared.env())
     except GradingError as error:
         return not_graded(prepared, f"grading error: {error}")
     return finish(prepared, run, lesson)
@@ -324,10 +382,10 @@ def run_prepared(prepared: Prepared, lesson: Lesson, limits: Limits, use_sandbox
 def grade_submission(notebook_path: Path, note: str, lesson: Lesson, student_id: str,
                      db_url: str, limits: Limits, use_sandbox: bool,
                      gradebook_lock: AbstractContextManager | None = None,
-                     partial: bool = False) -> Graded:
+                     partial: bool = False, draw: Draw | None = None) -> Graded:
     """Everything about one submission except writing the results down."""
     prepared = prepare_submission(notebook_path, note, lesson, student_id, db_url,
-                                  gradebook_lock)
+                                  gradebook_lock, draw)
     if isinstance(prepared, Graded):
         return prepared
     return run_prepared(prepared, lesson, limits, use_sandbox, partial)

@@ -42,7 +42,7 @@ from grader.grading.autograde import Graded, Prepared, finish, not_graded, run_p
 from grader.grading.execute import Run, judge_again, verdict_from_replies
 from grader.grading.kernel import GradingError
 from grader.grading.limits import Limits
-from grader.grading.probe import Check, Exercise, Failure, exercises, judge, unattempted
+from grader.grading.probe import Check, Exercise, Failure, judge, unattempted
 
 MAX_ATTEMPTS = 3  # workers a submission may stop before it is given up as needs_review
 LOOK_SECONDS = 2.0
@@ -93,8 +93,9 @@ def _run_task(task, payload: dict) -> dict:
         from grader.grading.execute import run_submission
 
         try:
+            env = {str(k): str(v) for k, v in dict(payload.get("env", {})).items()}
             run = run_submission(from_dict(payload["notebook"]), files, plan, limits,
-                                 use_sandbox=True, raw=True)
+                                 use_sandbox=True, raw=True, env=env)
         except GradingError as error:
             return {"error": str(error)[:2000], "worker": socket.gethostname()}
     return {"notebook": text_safe(run.notebook), "replies": run.replies, "lost": run.lost,
@@ -131,15 +132,16 @@ class Sent:
 
 def payload_for(prepared: Prepared, lesson: Lesson, limits: Limits) -> dict:
     """What a worker needs: the sanitized notebook, the check expressions, the lesson's data
-    files and the limits. No expected value, no reference code."""
+    files, the limits and the kernel's variables (the student's variants). No expected value,
+    no reference code, no course key."""
     return {
         "lesson": lesson.name, "student": prepared.student_id,
         "notebook": prepared.notebook,
         "exercises": [{"name": e.name, "expressions": [c.expression for c in e.checks]}
-                      for e in exercises(lesson)],
+                      for e in prepared.plan(lesson)],
         "files": {name: base64.b64encode((lesson.folder / name).read_bytes()).decode()
                   for name in lesson.data_files},
-        "limits": asdict(limits),
+        "limits": asdict(limits), "env": prepared.env(),
     }
 
 
@@ -152,7 +154,8 @@ def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool
         return not_graded(prepared, f"grading error on a worker: {result['error']}")
     events = list(result.get("events", []))
     verdicts = {}
-    for exercise in exercises(lesson):
+    own = prepared.plan(lesson)
+    for exercise in own:
         if exercise.name in result.get("lost", {}):
             failure = Failure(str(result["lost"][exercise.name]))
             verdicts[exercise.name] = judge(exercise, [failure] * len(exercise.checks), partial)
@@ -165,7 +168,7 @@ def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool
         verdicts[exercise.name], more = verdict_from_replies(exercise, list(bodies), partial)
         if more:
             events.append(more)
-    plan = {e.name: e for e in exercises(lesson)}
+    plan = {e.name: e for e in own}
     if any(v.points < plan[name].points and any(verdicts[d].points < plan[d].points
                                                 for d in plan[name].depends)
            and not unattempted(prepared.notebook, plan[name])
@@ -178,9 +181,9 @@ def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool
             return run_prepared(prepared, lesson, limits, use_sandbox, partial)
         files = [lesson.folder / name for name in lesson.data_files]
         try:
-            verdicts, more_events = judge_again(prepared.notebook, files, exercises(lesson),
-                                                limits, use_sandbox, partial, verdicts, skipped,
-                                                seconds)
+            verdicts, more_events = judge_again(prepared.notebook, files, own, limits,
+                                                use_sandbox, partial, verdicts, skipped,
+                                                seconds, prepared.env())
         except GradingError as error:
             return not_graded(prepared, f"grading error: {error}")
         events += [e for e in more_events if e not in events]

@@ -190,7 +190,7 @@ class Grading(Judging):
 
     def __init__(self, nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...],
                  uid: int | None, limits: Limits, use_sandbox: bool, partial: bool = False,
-                 raw: bool = False):
+                 raw: bool = False, env: dict[str, str] | None = None):
         self.nb, self.files, self.plan, self.partial = nb, files, plan, partial
         self.raw = raw  # a worker: probe, keep the replies, judge nothing
         self.replies: dict[str, list[str]] = {}
@@ -206,7 +206,7 @@ class Grading(Judging):
         self.events: list[str] = []
         self.points = probe_points(nb, plan)
         self.executed = nb
-        self.kernels = Kernels(files, uid, limits, use_sandbox, self.clock, self.event)
+        self.kernels = Kernels(files, uid, limits, use_sandbox, self.clock, self.event, env)
 
     def event(self, text: str) -> None:
         if text not in self.events:
@@ -432,14 +432,15 @@ def _read_reply(path: Path) -> tuple[str, str | None]:
 
 def judge_again(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...],
                 limits: Limits, use_sandbox: bool, partial: bool, verdicts: dict[str, Verdict],
-                skipped: dict[int, str], seconds: float) -> tuple[dict[str, Verdict], list[str]]:
+                skipped: dict[int, str], seconds: float, env: dict[str, str] | None = None,
+                ) -> tuple[dict[str, Verdict], list[str]]:
     """On a coordinator, after a worker ran ``nb`` in ``seconds`` (skipping the cells of
     ``skipped``) and ``verdicts`` were judged from its replies: judge again here, as
     ``run_submission`` would have at its end, the exercises that failed through an earlier
     one, within what is left of the notebook's time. The verdicts and what happened."""
     nb = nbformat.from_dict(nb)
     with sandbox_uid() if use_sandbox else contextlib.nullcontext() as uid:
-        grading = Grading(nb, files, plan, uid, limits, use_sandbox, partial)
+        grading = Grading(nb, files, plan, uid, limits, use_sandbox, partial, env=env)
         grading.clock.deadline -= max(0.0, seconds)
         grading.skipped = dict(skipped)
         at = {name: index for index, names in grading.points.items() for name in names}
@@ -453,10 +454,11 @@ def judge_again(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...],
 
 def run_submission(nb: NotebookNode, files: list[Path], plan: tuple[Exercise, ...],
                    limits: Limits, use_sandbox: bool, partial: bool = False,
-                   raw: bool = False) -> Run:
+                   raw: bool = False, env: dict[str, str] | None = None) -> Run:
     """Run ``nb`` (already sanitized), judging every exercise of ``plan`` as it goes (``raw``:
-    keeping each probe's replies instead, for the coordinator to judge)."""
+    keeping each probe's replies instead, for the coordinator to judge); its kernels get the
+    variables ``env`` (the student's variants)."""
     nb = nbformat.from_dict(nb)
     with sandbox_uid() if use_sandbox else contextlib.nullcontext() as uid:
         return asyncio.run(Grading(nb, files, plan, uid, limits, use_sandbox, partial,
-                                   raw).run())
+                                   raw, env).run())

@@ -141,9 +141,10 @@ class Kernels:
     started and wrote when it is done."""
 
     def __init__(self, files: list[Path], uid: int | None, limits: Limits, use_sandbox: bool,
-                 clock: Clock, event: Callable[[str], None]):
+                 clock: Clock, event: Callable[[str], None], env: dict[str, str] | None = None):
         self.files, self.uid, self.limits, self.use_sandbox = files, uid, limits, use_sandbox
         self.clock, self.event = clock, event
+        self.env = dict(env or {})  # the kernel's own variables (the student's variants)
 
     @contextlib.asynccontextmanager
     async def open(self, executed: NotebookNode, quiet: bool = False, first: bool = False):
@@ -162,7 +163,7 @@ class Kernels:
         km = SandboxKernelManager(kernel_name="python3", transport="ipc",
                                   ip=f"{private}/k", connection_file=str(run_dir / "kernel.json"))
         km.sandbox = SandboxSetup(work_dir, self.files, self.uid, self.limits, self.use_sandbox,
-                                  cgroup, private)
+                                  cgroup, private, self.env)
         km.context.setsockopt(zmq.MAXMSGSIZE, self.limits.message_bytes)
         client = LimitedClient(executed, km=km, timeout=self.limits.cell_seconds,
                                allow_errors=True, output_limit=self.limits.output_bytes,
@@ -178,7 +179,7 @@ class Kernels:
             try:
                 async with client.async_setup_kernel(
                         cwd=str(run_dir if self.use_sandbox else work_dir),
-                        stdout=write_end, stderr=write_end):
+                        stdout=write_end, stderr=write_end, env={**os.environ, **self.env}):
                     os.close(write_end)
                     write_end = -1
                     private = self.lock_private(km, private)

@@ -27,6 +27,7 @@ from grader.common import syntax
 from grader.common.errors import CourseError
 from grader.content.cases import Case, as_case, reference_raises, reference_value
 from grader.content.lessons import BEGIN_HIDDEN, Lesson
+from grader.content.variants import variants_of
 
 MAX_RESULT_CHARS = 48 * 2**20
 MAX_DEPTH = 12
@@ -255,6 +256,8 @@ class Exercise:
     defines: tuple[str, ...] = ()
     depends: tuple[str, ...] = ()
     stub: str = ""
+    prediction: bool = False  # a graded prediction: its verdict tells the answer and the band
+    asked: str = ""  # the numbers it asks about, in words, where they vary per student
 
 
 def _stub(cell: nbformat.NotebookNode) -> str:
@@ -320,6 +323,7 @@ def exercises(lesson: Lesson) -> tuple[Exercise, ...]:
     module = importlib.import_module(lesson.module)
     cases = importlib.import_module(lesson.cases).CASES
     namespace = {**vars(module), "math": math, "torch": torch}
+    variants = variants_of(lesson)
     solutions: dict[str, tuple[str, tuple[str, ...], str]] = {}  # name -> source, defines, stub
     found = []
     for cell in nb.cells:
@@ -332,7 +336,10 @@ def exercises(lesson: Lesson) -> tuple[Exercise, ...]:
             continue
         name = grade_id.removeprefix("test-")
         given, defines, stub = solutions.get(name, ("", (name,), ""))
-        exercise = Exercise(name, float(meta["points"]), given=given, defines=defines, stub=stub)
+        visible = cell.source.split(BEGIN_HIDDEN)[0]
+        exercise = Exercise(name, float(meta["points"]), given=given, defines=defines, stub=stub,
+                            prediction="check_prediction(" in visible and "graded=True" in visible,
+                            asked=variants[name].said(0) if name in variants else "")
         planned = [(case, False) for case in _visible_checks(cell.source)]
         planned += [(as_case(case), True) for case in cases[exercise.name]]
         for case, hidden in planned:
@@ -388,6 +395,8 @@ class Verdict:
     # the student's feedback, which counts them only.
     hidden_failures: list[str]
     note: str = ""  # e.g. "passes with a correct `split_bits`"
+    # A graded prediction's: the student's numbers, the answer, the band and their number.
+    told: str = ""
     # Where the checks passed only when they ran again: what the first run's failures said.
     first_run: list[str] = field(default_factory=list)
 
@@ -399,8 +408,9 @@ class Verdict:
         text = (f"{self.name}: {self.points:g} of {self.max_points:g} points "
                 f"({self.passed} of {self.total} checks passed"
                 + (f"; {self.note}" if self.note else "") + ")")
-        details = list(self.visible_failures[:3])
-        if self.hidden_failed:
+        details = [self.told] if self.told else []
+        details += self.visible_failures[:3]
+        if self.hidden_failed and not self.told:
             details.append(f"{self.hidden_failed} hidden check(s) failed")
         return text + ("".join(f"\n  - {d}" for d in details) if details else "")
 
@@ -437,5 +447,25 @@ def judge(exercise: Exercise, results: list[object], partial: bool = False) -> V
         points = exercise.points * passed / total
     else:
         points = exercise.points if passed == total else 0.0
+    told = _told(exercise, results) if exercise.prediction else ""
     return Verdict(exercise.name, points, exercise.points, passed, total, visible_failures,
-                   hidden_failures)
+                   hidden_failures, told=told)
+
+
+def _told(exercise: Exercise, results: list[object]) -> str:
+    """What a graded prediction's feedback says: the numbers it asked about (where they vary),
+    the answer, the band that earns the point, and the student's number."""
+    from grader.content.notebook_checks import readable
+
+    banded = [(c, got) for c, got in zip(exercise.checks, results, strict=True)
+              if c.rel_tol and type(c.expected) is float]
+    if len(banded) != 1:
+        return ""
+    check, got = banded[0]
+    low, high = sorted((check.expected * (1 - check.rel_tol), check.expected * (1 + check.rel_tol)))
+    yours = (f"your number, {readable(got)}, is "
+             + ("inside it" if low <= got <= high else "outside it")
+             if type(got) is float else "no number of yours was read")
+    asked = f"for your numbers ({exercise.asked}) " if exercise.asked else ""
+    return (f"the answer {asked}is {readable(check.expected)}; within {check.rel_tol:.0%} of it "
+            f"({readable(low)} to {readable(high)}) earns the point, and {yours}")

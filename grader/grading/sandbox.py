@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
@@ -131,7 +131,8 @@ def matplotlib_fonts() -> tuple[Path, ...]:
 
 
 def sandbox_argv(kernel_argv: list[str], readable: list[Path], work_dir: Path, files: list[Path],
-                 uid: int | None, limits: Limits, cgroup: bool = False) -> list[str]:
+                 uid: int | None, limits: Limits, cgroup: bool = False,
+                 extra_env: dict[str, str] | None = None) -> list[str]:
     """The command that starts ``kernel_argv`` inside the sandbox; ``readable`` files (the
     connection file) are bound read-only at their own paths, ``files`` into ``work_dir``."""
     bwrap = bwrap_path()
@@ -189,7 +190,7 @@ def sandbox_argv(kernel_argv: list[str], readable: list[Path], work_dir: Path, f
         "MPLCONFIGDIR": MPLCONFIGDIR, "IPYTHONDIR": "/tmp/ipython",
         "NBGRADER_EXECUTION": "autograde", "PYTHONDONTWRITEBYTECODE": "1",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8",
-        "PYTHONNOUSERSITE": "1",
+        "PYTHONNOUSERSITE": "1", **(extra_env or {}),
     }
     for name, value in env.items():
         argv += ["--setenv", name, value]
@@ -254,7 +255,8 @@ class SandboxKernelManager(AsyncKernelManager):
             argv = [*limit_argv(setup.limits), *argv]
         else:
             argv = sandbox_argv(argv, [Path(self.connection_file)], setup.work_dir, setup.files,
-                                setup.uid, setup.limits, cgroup=setup.cgroup is not None)
+                                setup.uid, setup.limits, cgroup=setup.cgroup is not None,
+                                extra_env=setup.env)
         return setup.cgroup.wrap(argv) if setup.cgroup is not None else argv
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
@@ -293,5 +295,6 @@ class SandboxSetup:
     use_sandbox: bool
     cgroup: Cgroup | None = None
     private_dir: str = PRIVATE_DIR  # where the kernel writes probe replies
+    env: dict[str, str] = field(default_factory=dict)  # more of the kernel's variables
 
 

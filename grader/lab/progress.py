@@ -3,7 +3,7 @@
 Each lesson of the workspace runs as Validate runs it (grader/lab/validate.py: nbgrader's
 validator in a process of its own, the demos shrunk), two lessons at a time on a machine with
 two cores or more, and each exercise is listed: passes, fails (with the one line that says
-why), to do, or, for a graded prediction, in but outside the graded band. A lesson's lines are
+why), to do, or, for a graded prediction, in. A lesson's lines are
 printed as soon as it and the lessons before it are done. The student's files are read, never
 written.
 """
@@ -51,13 +51,14 @@ def execute(nb: nbformat.NotebookNode, folder: Path, mode: str | None, timeout: 
             os.environ["NBGRADER_EXECUTION"] = previous
 
 
-def validate_reply(notebook: Path) -> dict:
+def validate_reply(notebook: Path, env: dict[str, str] | None = None) -> dict:
     """Validate's reply for one notebook (grader/lab/validate.py's ``main``, in a child
-    process: its kernel's messages stay out of the student's terminal)."""
+    process with ``env`` added to its environment: its kernel's messages stay out of the
+    student's terminal)."""
     try:
         done = subprocess.run([sys.executable, "-m", "grader.lab.validate", str(notebook)],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=LESSON_LIMIT_SECONDS)
+                              timeout=LESSON_LIMIT_SECONDS, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
         return {"success": False, "value": f"stopped after {LESSON_LIMIT_SECONDS // 60} "
                                            "minutes: a cell does not finish"}
@@ -73,23 +74,25 @@ def report(reply: dict) -> list[str]:
     if not reply["success"]:
         return [reply["value"]]
     answer = reply["value"]
-    lines = [answer["headline"].split(" Hand in ")[0]]
+    lines = [answer["headline"].split(" Hand in ")[0]
+             + (f" {answer['numbers']}" if answer.get("numbers") else "")]
     if answer["changed"]:
         lines.append("locked cells you changed (grading uses the course's): "
                      + "; ".join(answer["changed"]))
     return lines + [Exercise(**e).line().strip() for e in answer["exercises"]]
 
 
-def progress(workspace: Path, lessons: list, log=print, jobs: int | None = None) -> int:
-    """Print each lesson's progress as it comes; exit status 0 (it reports, it does not
-    judge)."""
+def progress(workspace: Path, lessons: list, log=print, jobs: int | None = None,
+             env: dict[str, str] | None = None) -> int:
+    """Print each lesson's progress as it comes, each run with ``env`` (the student's
+    variants); exit status 0 (it reports, it does not judge)."""
     jobs = jobs or max(1, min(2, os.cpu_count() or 1))
     started = [(lesson, workspace / lesson.name / lesson.notebook.name) for lesson in lessons]
     say = (lambda line: log(line, flush=True)) if log is print else log
     say(f"Running your copies in {workspace} as Validate does, {jobs} at a time "
         f"(each takes a few seconds)...\n")
     with ThreadPoolExecutor(jobs) as pool:
-        replies = [(lesson, notebook, pool.submit(_timed, notebook) if notebook.exists()
+        replies = [(lesson, notebook, pool.submit(_timed, notebook, env) if notebook.exists()
                     else None) for lesson, notebook in started]
         for lesson, _notebook, future in replies:
             if future is None:
@@ -105,6 +108,6 @@ def progress(workspace: Path, lessons: list, log=print, jobs: int | None = None)
     return 0
 
 
-def _timed(notebook: Path) -> tuple[dict, float]:
+def _timed(notebook: Path, env: dict[str, str] | None) -> tuple[dict, float]:
     start = time.perf_counter()
-    return validate_reply(notebook), time.perf_counter() - start
+    return validate_reply(notebook, env), time.perf_counter() - start

@@ -25,7 +25,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from grader.common.errors import CourseError
+from grader.common.text import valid_student_id
 from grader.content.lessons import REPO, Lesson, all_lessons
+from grader.content.variants import ENV, code_variants, course_key, lab_variants
 from grader.course import Course
 
 DEFAULT_WORKSPACE = REPO / "workspace"
@@ -61,6 +63,7 @@ def button_sources() -> str:
     return digest.hexdigest()
 
 
+STUDENT_FILE = ".student"  # in the workspace: the id the student's numbers are drawn for
 VERSIONS = ".course-versions.json"  # in the workspace: which release each copy was made from
 
 
@@ -211,18 +214,54 @@ def smoke_test(workspace: Path, lessons: list[Lesson], port: int, env: dict[str,
                                      {"path": path}))
         if not answer.get("success"):
             raise CourseError(f"Validate did not run on {path}: {answer}")
-        print(f"Validate button loaded; Validate ran on {path}: {answer['value']['headline']}")
+        print(f"Validate button loaded; Validate ran on {path}: {answer['value']['headline']}"
+              + (f" {answer['value']['numbers']}" if answer["value"].get("numbers") else ""))
         return 0
 
 
+def workspace_variants(course: Course, workspace: Path, student: str | None = None,
+                       code: str | None = None) -> dict[str, str]:
+    """``CTC_VARIANTS`` for the lab's kernels: the student's own numbers in every lesson, for
+    the id the student gave (``--student``, remembered in the workspace's ``.student``: set
+    once). With the ``code`` an instructor gave them, the numbers it carries (a machine of the
+    student's own, without the course's key); without one, drawn with the key of the lab's own
+    course directory (the course's machine, or self-study). No id: nothing, and the lessons
+    use their defaults."""
+    remembered = workspace / STUDENT_FILE
+    if student is not None or code is not None:
+        if student is None and remembered.is_file():
+            student = json.loads(remembered.read_text()).get("student")
+        if student is None or not valid_student_id(student):
+            raise CourseError(f"{student!r} is not a student id: letters, digits and ._@+- "
+                              "(at most 100), as your course gave it to you"
+                              if student is not None else "--code goes with --student ID")
+        if code is not None:
+            code_variants(code, student)  # refused now, before it is remembered
+        workspace.mkdir(parents=True, exist_ok=True)
+        remembered.write_text(json.dumps({"student": student, "code": code}) + "\n")
+    elif remembered.is_file():
+        try:
+            given = json.loads(remembered.read_text())
+            student, code = given.get("student"), given.get("code")
+        except (ValueError, AttributeError):
+            return {}
+    if not isinstance(student, str) or not valid_student_id(student):
+        return {}
+    if isinstance(code, str):
+        return {ENV: code_variants(code, student)}
+    return {ENV: lab_variants(course_key(course.root, create=True), student)}
+
+
 def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int = 0,
-        reset: list[Lesson] = ()) -> int:
+        reset: list[Lesson] = (), student: str | None = None, code: str | None = None) -> int:
     workspace = (workspace or DEFAULT_WORKSPACE).resolve()
     lessons = all_lessons()
     if reset:
         reset_lessons(course, workspace, list(reset))
     prepare_workspace(course, workspace, lessons)
-    env = lab_environment(course)
+    env = {**lab_environment(course), **workspace_variants(course, workspace, student, code)}
+    if ENV in env:
+        print(f"your own numbers are drawn for student id {json.loads(env[ENV])['student']}")
     if smoke:
         return smoke_test(workspace, lessons, port, env)
     print(f"opening JupyterLab in {workspace} (Ctrl-C twice to stop)")

@@ -7,7 +7,8 @@ failed". So the course answers Validate itself, in two parts:
 
 - this server extension runs the notebook with nbgrader's ``Validator`` and reads each
   exercise's test cell: passes, fails (one line saying why), to do, or, for a graded
-  prediction, in but outside the graded band (no point, as grading will give). It answers at
+  prediction, in (a number is there; grading compares it with the answer for the student's own
+  numbers, which the lab never holds). It answers at
   ``/counting-the-cost/validate`` in the course's own form (``summary``), and at nbgrader's
   ``/assignments/validate`` in nbgrader's, shaped for the branches of nbgrader's dialog that
   work, for a front end without the course's button;
@@ -43,7 +44,7 @@ class Exercise:
 
     name: str
     points: float
-    status: str  # "passes", "fails", "to do" or "no point"
+    status: str  # "passes", "fails" or "to do"
     message: str = ""
 
     @property
@@ -83,8 +84,9 @@ def _verdict(cell: NotebookNode) -> Exercise | None:
             return Exercise(name, points, "fails", _one_line(shown) or ename)
     for output in outputs:
         verdict = output.get("metadata", {}).get(MARK, {})
-        if isinstance(verdict, dict) and verdict.get("verdict") == "outside_band":
-            return Exercise(name, points, "no point", "in, outside the graded band")
+        if isinstance(verdict, dict) and verdict.get("verdict") == "in":
+            return Exercise(name, points, "passes", "in: graded against your own numbers "
+                            "once you hand it in")
     if not outputs and cell.get("execution_count") is None:  # the run never reached it
         return Exercise(name, points, "fails", "not run: the notebook stopped before this cell")
     return Exercise(name, points, "passes")
@@ -142,15 +144,32 @@ def run_validator(path: Path, config) -> tuple[dict, NotebookNode | None]:
     return result, validator.executed
 
 
+def whose_numbers(nb: NotebookNode) -> str:
+    """Whose numbers the notebook's graded prediction asked about, as its variant cell said
+    when it ran ("" for a lesson whose numbers do not vary)."""
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            shown = output.get("metadata", {}).get(MARK, {}).get("variant")
+            if isinstance(shown, dict):
+                student = shown.get("student")
+                return (f"Your graded prediction asks about the numbers drawn for {student}."
+                        if isinstance(student, str) else
+                        "Your graded prediction asks about the course's default numbers: no "
+                        "student id is set.")
+    return ""
+
+
 def course_answer(path: Path, config) -> dict:
     """The course's answer: ``headline``, ``exercises`` (name, points, status, message),
-    ``changed`` (locked cells edited) and ``note``."""
+    ``changed`` (locked cells edited), ``numbers`` (whose numbers the graded prediction asked
+    about) and ``note``."""
     result, executed = run_validator(path, config)
     found = exercises(executed) if executed is not None else []
+    numbers = whose_numbers(executed) if executed is not None else ""
     return {"headline": headline(found) if executed is not None else
             "Validate did not run the notebook: a cell's type was changed.",
             "exercises": [asdict(e) for e in found], "changed": _changed(result),
-            "note": HIDDEN_NOTE}
+            "numbers": numbers, "note": " ".join(filter(None, [HIDDEN_NOTE, numbers]))}
 
 
 def nbgrader_answer(answer: dict) -> dict:

@@ -307,7 +307,7 @@ class NameExercises(Preprocessor):
     """Name each graded cell as the lesson does, for the page's list of scores and the heading
     of each test cell: the heading above it in the course's own copy of the notebook
     (``source/LESSON/``, as released), such as "Exercise: `split_bits`"; a heading that does not
-    name the exercise gets its name after it ("Adding 0.01 ten thousand times:
+    name the exercise gets its name after it ("Adding a small number ten thousand times:
     `predicted_bf16_stall`"). A cell the lesson lacks is named by its grade id. The names go
     to the template as ``resources.ctc_names`` (grade id -> HTML)."""
 

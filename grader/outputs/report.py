@@ -10,6 +10,7 @@ from grader.common.errors import CourseError
 from grader.common.text import display as _safe
 from grader.common.text import inert
 from grader.content.lessons import Lesson
+from grader.content.variants import course_key, draw, variants_of
 from grader.gradebook.coursedir import CourseDir
 
 
@@ -38,6 +39,7 @@ def report(course: CourseDir, lesson: Lesson) -> Path:
             lines.append(f"{name:<28} {sum(passes):>8} {len(passes):>4} {rate:>7.0%}")
 
     lines += ["", *_per_exercise(rows, graded, folder / "exercises.csv")]
+    lines += _per_variant(course, lesson, graded, folder / "variants.csv")
 
     # Every submission the grader flagged, settled by a review decision or still open.
     flagged = [(r["student_id"], r["computed_status"], r["reason"], r.get("review") or "open")
@@ -121,6 +123,35 @@ def _per_exercise(rows: list[dict], graded: dict[str, dict], path: Path) -> list
                 lines.append(f"    most failed check ({times}x): {inert(message, 300)}")
             if hidden:
                 lines.append(f"    hidden checks failed in {hidden} submission(s)")
+    return lines
+
+
+def _per_variant(course: CourseDir, lesson: Lesson, graded: dict[str, dict],
+                 path: Path) -> list[str]:
+    """Pass rates of each graded prediction by the variant its students drew: a variant far
+    harder than the others is a bug in the question, not in the students."""
+    key = course_key(course.root)
+    variants = variants_of(lesson)
+    if key is None or not variants:
+        return []
+    lines = ["", f"{'graded prediction, by variant':<44} {'passed':>8} {'of':>4} {'rate':>7}"]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["exercise", "variant", "numbers", "passed", "graded", "pass_rate"])
+        for name, spec in variants.items():
+            tally: dict[int, list[bool]] = {i: [] for i in range(len(spec.choices))}
+            for student, record in graded.items():
+                result = record.get("exercises", {}).get(name)
+                if result is not None:
+                    tally[draw(key, lesson.name, name, student, len(spec.choices))].append(
+                        result["points"] == result["max_points"])
+            for index, passes in tally.items():
+                rate = sum(passes) / len(passes) if passes else 0.0
+                writer.writerow([name, index, spec.said(index), sum(passes), len(passes),
+                                 f"{rate:.3f}"])
+                label = f"{name} #{index}"
+                lines.append(f"{label:<44} {sum(passes):>8} {len(passes):>4} "
+                             + (f"{rate:>7.0%}" if passes else f"{'-':>7}"))
     return lines
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 
+from grader.common import syntax
 from grader.common.errors import CourseError
 
 
@@ -73,7 +74,7 @@ def reference_value(case: Case, namespace: dict) -> object:
     would compute.
     """
     try:
-        return eval(case.expression, dict(namespace))
+        return syntax.evaluate(case.expression, dict(namespace))
     except Exception as error:
         raise CourseError(f"the check {case.expression!r} fails on the reference code: "
                           f"{type(error).__name__}: {error}") from error
@@ -83,7 +84,7 @@ def reference_raises(case: Case, namespace: dict) -> None:
     """Stop unless the reference code raises what ``case.raises`` names."""
     error = getattr(builtins, str(case.raises))
     try:
-        value = eval(case.expression, dict(namespace))
+        value = syntax.evaluate(case.expression, dict(namespace))
     except error:
         return
     except Exception as other:

@@ -1,7 +1,10 @@
 """Hidden checks of lesson 04 (backprop FLOPs, transformer accounting, 6ND).
 See grader/content/cases/__init__.py."""
 
+import random
+
 from grader.content.cases import Case, raises
+from grader.content.variants import Variants
 
 # two_layer_forward_backward in float32: a student may order the same matmuls and the 2/numel
 # factor differently (2 * y / n, y * (2 / n), (y / n) * 2), which moves results by a few ulps
@@ -84,9 +87,58 @@ CASES: dict[str, list[Case | str]] = {
         raises("training_days(-1e24, 1024, 989e12, 0.5)", "ValueError"),
         raises("training_days(1e24, 0, 989e12, 0.5)", "ValueError"),
     ],
-    # A prediction, graded within 10%: 143.9 days. Rounding the peak to 1000 TFLOP/s or the
-    # answer to 140 or 150 days is right; the sparse figure (72 days), leaving out the MFU
-    # (72 days) or counting 2ND (48 days) is not. float(): a whole number of days, written as an
-    # int, is as good an answer.
+    # A prediction, graded within 10% of the answer for the student's run (VARIANTS below):
+    # 143.9 days for the default. Rounding the peak to 1000 TFLOP/s (1% off) or the answer to
+    # two significant figures (at most 5% off: 140 or 150 days for the default) is right; the
+    # sparse figure (half the answer), leaving out the MFU (0.3 to 0.5 times it) or counting 2ND
+    # (a third) is not, in every variant. float(): a whole number of days, written as an int, is
+    # as good an answer.
     "predicted_days_70b": [Case("float(predicted_days_70b)", rel_tol=0.1)],
 }
+
+# Each student's training run for the graded prediction, on H100 SXM GPUs in bf16 (models and
+# token counts of published runs): 143.9 days (the default), 82.3 (Llama 3 8B's 15T tokens on 256
+# GPUs), 65.1 (Llama 3 405B on 16384), 15.8 (Llama 2 13B) and 12.0 (GPT-3 175B's 300B tokens).
+# Every two answers are more than 10% apart, so the default's number, or another run's, does not
+# pass; tests/test_backprop.py checks each against a count of its own.
+VARIANTS = {
+    "predicted_days_70b": Variants(
+        ("run_params_billions", "run_tokens_trillions", "run_gpus", "run_mfu"),
+        ((70, 15, 1024, 0.5), (8, 15, 256, 0.4), (405, 15, 16384, 0.4), (13, 2, 256, 0.45),
+         (175, 0.3, 1024, 0.3)),
+        "a model of {run_params_billions:g}B parameters trained on {run_tokens_trillions:g}T "
+        "tokens, on {run_gpus} H100 SXM GPUs at {run_mfu:.0%} MFU, in bf16"),
+}
+
+
+def _d_ff(rng: random.Random, d_model: int) -> str:
+    """A d_ff argument: none (4 x d_model) half the time, else a width of its own."""
+    return "" if rng.random() < 0.5 else f", d_ff={rng.randrange(d_model, 8 * d_model + 1)}"
+
+
+def _drawn_transformer_params(rng: random.Random) -> list[str]:
+    calls = []
+    for _ in range(3):
+        d_model = 64 * rng.randrange(1, 97)
+        tied = ", tied_embeddings=True" if rng.random() < 0.5 else ""
+        calls.append(f"transformer_params({rng.randrange(1, 49)}, {d_model}, "
+                     f"{rng.randrange(1000, 200_001)}{_d_ff(rng, d_model)}{tied})")
+    return calls
+
+
+def _drawn_transformer_forward_flops(rng: random.Random) -> list[str]:
+    calls = []
+    for _ in range(3):
+        d_model = 64 * rng.randrange(1, 97)
+        calls.append(f"transformer_forward_flops({rng.randrange(1, 49)}, {d_model}, "
+                     f"{rng.randrange(1, 8193)}, {rng.randrange(1000, 200_001)}"
+                     f"{_d_ff(rng, d_model)})")
+    return calls
+
+
+# Hidden inputs of each student's own: these two count whole numbers of parameters and FLOPs,
+# exact for any positive sizes, so any draw has one right answer with no tolerance to choose, and
+# an answer written out for the fixed cases above does not carry over. Widths are multiples of 64
+# so that tests/test_backprop.py can build each model (heads of 64) and count it.
+DRAWN = {"transformer_params": _drawn_transformer_params,
+         "transformer_forward_flops": _drawn_transformer_forward_flops}

@@ -1,6 +1,9 @@
 """Hidden checks of lesson 01 (float formats). See grader/content/cases/__init__.py."""
 
+import random
+
 from grader.content.cases import Case, raises
+from grader.content.variants import Variants
 
 _ALL_CODES_ORACLES = {
     "FP16": "torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16).float()",
@@ -127,7 +130,58 @@ CASES: dict[str, list[Case | str]] = {
         "tensor_bytes((7, 3, 5), torch.int64)",
         raises("tensor_bytes((3, -1), torch.float32)", "ValueError"),
     ],
-    # A prediction, graded within a band: the sum stops at a power of two, and 25% accepts 4 give
-    # or take 1 while refusing the neighbouring powers, 2 and 8. float(): an int counts too.
+    # A prediction, graded within a band: the sum stops at a power of two s (4 for the default,
+    # 0.01), and 25% accepts s give or take s / 4 while refusing the neighbouring powers: s / 2
+    # (stopping once the increment is below the whole gap, not half of it) and 2 s (epsilon taken
+    # as 2**-8). float(): an int counts too.
     "predicted_bf16_stall": [Case("float(predicted_bf16_stall)", rel_tol=0.25)],
 }
+
+# Each student's increment for the graded prediction, and where its bf16 sum stops: 0.01 at 4,
+# 0.003 at 1, 0.025 at 8, 0.1 at 32. In every one 256 x the increment lies between 0.64 s and
+# 0.81 s, well inside (s / 2, s), so the increment rounded to bf16 or not gives the same s, and
+# only the rule (half the gap) decides; every sum reaches s in under 400 additions. Each stalls
+# at its own power of two, so no student's answer passes another's band. tests/test_floats.py
+# runs each one's sum in bf16.
+VARIANTS = {
+    "predicted_bf16_stall": Variants(
+        ("increment",), ((0.01,), (0.003,), (0.025,), (0.1,)),
+        "the bf16 sum adds increment = {increment} at each step"),
+}
+
+
+# Hidden inputs of each student's own (grader/content/variants.py): a bit pattern decodes to one
+# exact number and a tensor's bytes are an integer product, so inputs drawn anywhere in what the
+# exercise accepts need no tolerance, and no answer copied from another student's checks passes.
+_FIELDS = {"FP16": (5, 10), "BF16": (8, 7), "FP8_E4M3": (4, 3), "FP8_E5M2": (5, 2)}
+
+
+def _drawn_decode(rng: random.Random) -> list[str]:
+    """Three finite patterns, each of another format: a sign, an exponent field short of all ones
+    (no infinity or NaN; E4M3's top binade is in the fixed cases) and any mantissa."""
+    calls = []
+    for fmt in rng.sample(sorted(_FIELDS), 3):
+        exponent_bits, mantissa_bits = _FIELDS[fmt]
+        bits = ((rng.randrange(2) << exponent_bits | rng.randrange(2**exponent_bits - 1))
+                << mantissa_bits | rng.randrange(2**mantissa_bits))
+        digits = (1 + exponent_bits + mantissa_bits) // 4
+        calls.append(f"decode(0x{bits:0{digits}X}, {fmt})")
+    return calls
+
+
+def _drawn_tensor_bytes(rng: random.Random) -> list[str]:
+    """A bias vector, a weight matrix and a batch of activations (batch, sequence, width, or
+    with a head dimension too), each of a dtype of its own. Each stays under 600 MB, so that an
+    answer that builds the tensor to read its size runs too."""
+    dtypes = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float64", "int64", "uint8")
+    if rng.randrange(2):  # (batch, sequence, width)
+        activations = (rng.randint(1, 32), rng.randint(1, 2048), 64 * rng.randint(1, 16))
+    else:  # (batch, heads, sequence, head width)
+        activations = (rng.randint(1, 8), rng.randint(1, 16), rng.randint(1, 2048),
+                       rng.choice((64, 128)))
+    shapes = [(rng.randint(1, 100_000),), (64 * rng.randint(1, 64), 64 * rng.randint(1, 64)),
+              activations]
+    return [f"tensor_bytes({shape!r}, torch.{rng.choice(dtypes)})" for shape in shapes]
+
+
+DRAWN = {"decode": _drawn_decode, "tensor_bytes": _drawn_tensor_bytes}

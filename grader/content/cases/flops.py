@@ -1,7 +1,11 @@
 """Hidden checks of lesson 03 (matmul FLOPs, arithmetic intensity, roofline, MFU).
 See grader/content/cases/__init__.py."""
 
+import random
+import string
+
 from grader.content.cases import Case, raises
+from grader.content.variants import Variants
 
 # Every rounded float gets a tolerance: the same formula written in another order
 # (flops / (seconds * peak) instead of flops / seconds / peak, flops * (1 / bytes) instead of
@@ -82,10 +86,59 @@ CASES: dict[str, list[Case | str]] = {
         raises("mfu(-1, 1.0, 1e12)", "ValueError"),
         raises("mfu(1e12, 0.0, 1e12)", "ValueError"),
     ],
-    # A prediction, graded within 10%: the answer is the ridge point, 295.3 tokens (the
-    # intensity is about B while B << D, F). The exact crossing for a layer as wide as GPT-3's
-    # MLP, (12288, 49152), is 305, 3% above: right too. Taking the sparse peak (twice the
-    # answer) or fp32's 4 bytes per element (intensity B / 2) is not. float(): a whole number of
-    # tokens, written as an int, is as good an answer.
+    # A prediction, graded within 10% of the answer for the student's GPU and dtype (VARIANTS
+    # below): the ridge point x b / 2 for b bytes per element (the intensity is about 2B / b
+    # while B << D, F), so the ridge point itself in bf16; 295.3 tokens for the default. The
+    # exact crossing for a layer as wide as GPT-3's MLP, (12288, 49152), is higher by the factor
+    # 1 + B/F + B/D: 305 for the default, 3% above, and under 5% above in every variant: right
+    # too. Taking the sparse peak (twice the answer), or the wrong bytes per element (fp32's 4,
+    # intensity B / 2 in bf16; or 2 in fp8, or leaving b out), is off by 2 and is not. float(): a
+    # whole number of tokens, written as an int, is as good an answer.
     "predicted_critical_batch_h100": [Case("float(predicted_critical_batch_h100)", rel_tol=0.1)],
 }
+
+# Each student's GPU and dtype for the graded prediction, with the figures of data/hardware.json
+# (tests/test_flops.py checks them against it): answers 295.3 (H100 SXM), 153.0 (A100), 206.1
+# (H200) and 378.3 tokens (H100 PCIe in fp8: twice the dense bf16 peak on 1-byte elements, so
+# the batch of its bf16 ridge point, 378, reached another way). Every two answers are more than
+# 10% apart, so the default's number, or another GPU's, does not pass.
+VARIANTS = {
+    "predicted_critical_batch_h100": Variants(
+        ("layer_gpu", "layer_dtype", "layer_bytes", "layer_peak_tflops", "layer_bandwidth_tbs"),
+        (("H100 SXM", "bf16", 2, 989.4, 3.35),
+         ("A100 SXM 80GB", "bf16", 2, 312.0, 2.039),
+         ("H200 SXM", "bf16", 2, 989.4, 4.8),
+         ("H100 PCIe", "fp8", 1, 1513.0, 2.0)),
+        "the layer runs on an {layer_gpu} in {layer_dtype} ({layer_bytes}-byte elements): "
+        "{layer_peak_tflops:g} TFLOP/s dense, {layer_bandwidth_tbs:g} TB/s (hardware.json)"),
+}
+
+
+def _drawn_matmul_bytes(rng: random.Random) -> list[str]:
+    return [f"matmul_bytes({rng.randrange(1, 2**14)}, {rng.randrange(1, 2**14)}, "
+            f"{rng.randrange(1, 2**14)}, {rng.choice((1, 2, 4, 8))})" for _ in range(3)]
+
+
+def _drawn_einsum_flops(rng: random.Random) -> list[str]:
+    """Einsums of every kind the exercise counts (batch, contracted and free indices, in any
+    order, with any letters), each operand with at least one index."""
+    calls = []
+    for _ in range(3):
+        counts = (rng.randrange(3), rng.randrange(1, 3), rng.randrange(3), rng.randrange(3))
+        letters = rng.sample(string.ascii_letters, sum(counts))
+        batch, contracted = letters[:counts[0]], letters[counts[0]:counts[0] + counts[1]]
+        left = letters[counts[0] + counts[1]:counts[0] + counts[1] + counts[2]]
+        right = letters[counts[0] + counts[1] + counts[2]:]
+        a, b, out = batch + contracted + left, batch + contracted + right, batch + left + right
+        for indices in (a, b, out):
+            rng.shuffle(indices)
+        size = {letter: rng.randrange(1, 65) for letter in letters}
+        calls.append(f"einsum_flops('{''.join(a)},{''.join(b)}->{''.join(out)}', "
+                     f"{tuple(size[i] for i in a)}, {tuple(size[i] for i in b)})")
+    return calls
+
+
+# Hidden inputs of each student's own: these two count whole numbers of bytes and FLOPs, exact for
+# any valid sizes, so any draw has one right answer with no tolerance to choose, and an answer
+# written out for the fixed cases above does not carry over.
+DRAWN = {"matmul_bytes": _drawn_matmul_bytes, "einsum_flops": _drawn_einsum_flops}

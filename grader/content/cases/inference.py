@@ -6,7 +6,10 @@ Every input stays inside what its exercise states (its text and docstring): size
 their stated minimum, numbers finite and above 0 where it asks so, and each error case one that
 the text names."""
 
+import random
+
 from grader.content.cases import Case, raises
+from grader.content.variants import Variants
 
 # Bytes, FLOPs and batch sizes are integers: exact (max_batch_size floors an exact quotient).
 # The intensity, tokens per second and a prefill's seconds are a few products, a sum and a
@@ -189,7 +192,49 @@ CASES: dict[str, list[Case | str]] = {
     ],
     # the graded prediction, within 1%: the lesson's point is that the cache holds P + n - 1
     # tokens (section 1's rule, restated with the question), so counting the last new token
-    # too (48 tokens, 2.1% more) misses, as do forgetting the values (half) or the batch
+    # too (1 / (P + n - 1) more: 2.1% for the default's 47 tokens, 1.8% to 2.6% for the others,
+    # VARIANTS below) misses, as do forgetting the values (half), the batch (B of 4 to 8) or
+    # float32 (bf16: half)
     "predicted_cache_bytes_after_generation": [
         Case("float(predicted_cache_bytes_after_generation)", rel_tol=0.01)],
 }
+
+# Each student's generation for the graded prediction: prompt tokens, new tokens, sequences. In
+# every one the cache holds 39 to 55 tokens, so one token more or less is 1.8% to 2.6% off,
+# outside the band of 1%, and the batch is at least 4; tests/test_inference.py runs each one's
+# generation and measures its cache.
+VARIANTS = {
+    "predicted_cache_bytes_after_generation": Variants(
+        ("n_prompt", "n_new", "n_sequences"),
+        ((16, 32, 8), (24, 16, 4), (12, 40, 6), (32, 24, 5)),
+        "{n_sequences} sequences each generate {n_new} new tokens after a prompt of "
+        "{n_prompt} tokens"),
+}
+
+
+# Hidden inputs of each student's own (grader/content/variants.py): these two exercises are
+# integer products and sums, exact for any input, so shapes drawn anywhere in what the exercise
+# accepts (tests/test_inference.py holds them to STATED) need no tolerance, and no answers
+# copied from another student's checks, or written out for the fixed ones, pass them.
+def _drawn_kv_cache_bytes(rng: random.Random) -> list[str]:
+    """Three caches of a model of the size of today's: a dtype of 1, 2 or 4 bytes each."""
+    calls = []
+    for element in (", bytes_per_element=1", "", ", bytes_per_element=4"):
+        calls.append(f"kv_cache_bytes({rng.randint(1, 128)}, {rng.choice((1, 2, 4, 8, 16, 32, 64))}"
+                     f", {rng.choice((32, 64, 80, 96, 128, 256))}, {rng.randint(0, 131072)}, "
+                     f"{rng.randint(1, 64)}{element})")
+    return calls
+
+
+def _drawn_generate_flops(rng: random.Random) -> list[str]:
+    """Three generations: with the cache, without it, and with an MLP width of its own."""
+    def shape() -> str:
+        return (f"{rng.randint(1, 48)}, {64 * rng.randint(1, 64)}, {rng.randint(2, 128000)}, "
+                f"{rng.randint(1, 4096)}, {rng.randint(1, 1024)}")
+
+    return [f"generate_flops({shape()})", f"generate_flops({shape()}, kv_cache=False)",
+            f"generate_flops({shape()}, d_ff={rng.randint(1, 30000)}, "
+            f"kv_cache={rng.choice((True, False))})"]
+
+
+DRAWN = {"kv_cache_bytes": _drawn_kv_cache_bytes, "generate_flops": _drawn_generate_flops}

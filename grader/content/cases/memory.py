@@ -1,7 +1,10 @@
 """Hidden checks of lesson 05 (AdamW, training memory, blockwise quantisation).
 See grader/content/cases/__init__.py."""
 
+import random
+
 from grader.content.cases import Case, raises
+from grader.content.variants import Variants
 
 # AdamW and dequantisation results come out of several rounded float32 operations, and a
 # student's correct code may order them differently (m / (1 - beta1**t) before or after the
@@ -118,3 +121,30 @@ CASES: dict[str, list[Case | str]] = {
     # accepts the number written as an int or as a float.
     "predicted_mlp_training_bytes": [Case("float(predicted_mlp_training_bytes)", rel_tol=0.1)],
 }
+
+# Each student's MLP for the graded prediction (its widths: input, two hidden layers, output).
+# In every one the biases are under 3% of the parameters, so 16 bytes per weight alone passes the
+# band of 10% and 12 (no AdamW state) or 8 bytes per parameter do not; tests/test_memory.py
+# measures each one's tensors.
+VARIANTS = {
+    "predicted_mlp_training_bytes": Variants(
+        ("mlp_widths",),
+        (((32, 40, 40, 8),), ((48, 64, 64, 10),), ((24, 80, 80, 16),), ((40, 56, 56, 12),)),
+        "the MLP is Linear({mlp_widths[0]}, {mlp_widths[1]}), Tanh, "
+        "Linear({mlp_widths[1]}, {mlp_widths[2]}), Tanh, "
+        "Linear({mlp_widths[2]}, {mlp_widths[3]}), each Linear with a bias"),
+}
+
+
+def _drawn_training_memory(rng: random.Random) -> list[str]:
+    """Three counts of the student's own: any non-negative parameter count and recipe is valid
+    input, and the answer is whole bytes (exact), so the inputs are free. One count sits just
+    past a block of 256, where the 8-bit scales take a partial block."""
+    recipes = ("fp32", "mixed_bf16", "adam8bit")
+    return [f"training_memory({rng.randrange(1, 10**12)}, {rng.choice(recipes)!r})",
+            f"training_memory({rng.randrange(1, 10**6) * 256 + rng.randrange(1, 256)}, "
+            "'adam8bit')",
+            f"training_memory({rng.randrange(10**6, 10**9)}, {rng.choice(recipes)!r})"]
+
+
+DRAWN = {"training_memory": _drawn_training_memory}

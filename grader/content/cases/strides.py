@@ -1,7 +1,11 @@
 """Hidden checks of lesson 02 (tensors, storage and strides). See
 grader/content/cases/__init__.py."""
 
+import math
+import random
+
 from grader.content.cases import Case, raises
+from grader.content.variants import Variants
 
 CASES: dict[str, list[Case | str]] = {
     "contiguous_strides": [
@@ -123,9 +127,110 @@ CASES: dict[str, list[Case | str]] = {
         "project(torch.arange(12.).reshape(1, 3, 4), torch.ones(4, 2))",
         "project(torch.arange(6.).reshape(2, 1, 3), torch.arange(6.).reshape(3, 2))",
     ],
-    # A prediction, graded within a band: 10% accepts 4 MiB written as 4 MB (4e6, 4.6% low) and
-    # refuses the usual mistakes: 0 (a view), 8 MiB (both copies), 16 MiB (8-byte elements).
-    # float(): an int counts too.
+    # A prediction, graded within a band: 10% accepts the MiB written as MB (4 MiB as 4e6 for the
+    # default, 4.6% low) and refuses the usual mistakes: 0 (a view), twice the answer (both
+    # copies), and another element size (half or twice the answer: 2 or 8 bytes for float32,
+    # float32's 4 for a 16-bit dtype). float(): an int counts too.
     "predicted_transpose_reshape_bytes": [
         Case("float(predicted_transpose_reshape_bytes)", rel_tol=0.1)],
 }
+
+# Each student's matrix for the graded prediction, and the bytes m.T.reshape(-1) copies: 4 MiB
+# for the default, 2, 6 and 8 MiB for the others. Every one has two dims above 1 (so no view of
+# m.T as one dim exists) and a whole number of MiB (so the MB slip passes as above), and two use
+# a 16-bit dtype, where float32's 4 bytes per element give twice the answer; no student's answer
+# passes another's band. tests/test_strides.py makes each matrix and measures the copy.
+VARIANTS = {
+    "predicted_transpose_reshape_bytes": Variants(
+        ("m_shape", "m_dtype"),
+        (((1024, 1024), "float32"), ((2048, 512), "bfloat16"), ((768, 2048), "float32"),
+         ((1024, 4096), "float16")),
+        "m = torch.zeros({m_shape[0]}, {m_shape[1]}, dtype=torch.{m_dtype})"),
+}
+
+
+# Hidden inputs of each student's own (grader/content/variants.py): a layout is integers, so a
+# view's strides and a slice's shape, strides and offset are exact for any input. Drawn anywhere
+# in what each exercise accepts, they need no tolerance, and no answer copied from another
+# student's checks passes them.
+def _row_major(shape: list[int]) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.insert(0, step)
+        step *= size
+    return strides
+
+
+def _regrouped(rng: random.Random, shape: list[int]) -> tuple[int, ...]:
+    """The same element count in other dims: two neighbours merged, one dim split in two, or the
+    count's prime factors dealt to one to four dims; one size -1 a third of the time."""
+    new = list(shape)
+    how = rng.choice(("merge", "split", "factor"))
+    if how == "merge":
+        i = rng.randrange(len(new) - 1)
+        new[i : i + 2] = [new[i] * new[i + 1]]
+    elif how == "split":
+        i = rng.randrange(len(new))
+        first = rng.choice([d for d in range(1, new[i] + 1) if new[i] % d == 0])
+        new[i : i + 1] = [first, new[i] // first]
+    else:
+        count, new = math.prod(shape), [1] * rng.randint(1, 4)
+        p = 2
+        while count > 1:
+            while count % p == 0:
+                new[rng.randrange(len(new))] *= p
+                count //= p
+            p += 1
+    if rng.randrange(3) == 0:
+        new[rng.randrange(len(new))] = -1
+    return tuple(new)
+
+
+def _drawn_view_strides(rng: random.Random) -> list[str]:
+    """Three tensors of two to four dims (sizes 2 to 6, a third of the time one of them 1), each
+    viewed as another shape: a row-major one (a view always exists), a permuted one (flattened
+    half the time) and one sliced with a step (a view may or may not exist)."""
+    calls = []
+    for kind in ("row-major", "permuted", "sliced"):
+        shape = [rng.randint(2, 6) for _ in range(rng.randint(2, 4))]
+        if rng.randrange(3) == 0:
+            shape[rng.randrange(len(shape))] = 1
+        strides = _row_major(shape)
+        new_shape = _regrouped(rng, shape)
+        if kind == "permuted":
+            order = list(range(len(shape)))
+            while order == sorted(order):
+                rng.shuffle(order)
+            shape, strides = [shape[d] for d in order], [strides[d] for d in order]
+            new_shape = (-1,) if rng.randrange(2) else _regrouped(rng, shape)
+        elif kind == "sliced":  # x[..., ::step, ...] of a row-major tensor `step` times longer
+            dim, step = rng.randrange(len(shape)), rng.randint(2, 3)
+            strides = _row_major([size * step if d == dim else size
+                                  for d, size in enumerate(shape)])
+            strides[dim] *= step
+        calls.append(f"view_strides({tuple(shape)}, {tuple(strides)}, {new_shape})")
+    return calls
+
+
+def _drawn_slice_dim(rng: random.Random) -> list[str]:
+    """Three slices of tensors of one to three dims, row-major or permuted, with an offset, along
+    any dim (negative too): starts and stops of None, negative or past the end, steps 1 to 4.
+    The first two keep at least one element; the third may be empty."""
+    calls = []
+    for call in range(3):
+        shape = [rng.randint(1, 8) for _ in range(rng.randint(1, 3))]
+        order = list(range(len(shape)))
+        rng.shuffle(order)
+        strides = _row_major(shape)
+        shape, strides = [shape[d] for d in order], [strides[d] for d in order]
+        dim, step = rng.randrange(-len(shape), len(shape)), rng.randint(1, 4)
+        while True:
+            start, stop = (rng.choice((None, rng.randint(-10, 10))) for _ in range(2))
+            if call == 2 or range(*slice(start, stop, step).indices(shape[dim])):
+                break
+        calls.append(f"slice_dim({tuple(shape)}, {tuple(strides)}, {rng.randint(0, 12)}, "
+                     f"{dim}, {start}, {stop}, {step})")
+    return calls
+
+
+DRAWN = {"view_strides": _drawn_view_strides, "slice_dim": _drawn_slice_dim}

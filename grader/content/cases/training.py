@@ -1,7 +1,10 @@
 """Hidden checks of lesson 06 (one training step: FLOPs, saved activations, loss scaling,
 checkpoint bytes). See grader/content/cases/__init__.py."""
 
+import random
+
 from grader.content.cases import Case, raises
+from grader.content.variants import Variants
 
 # loss_scale_update returns float32 values, as GradScaler keeps its scale. Where a product is
 # not exact in float32 (a factor such as 1.7 or 0.3, a scale such as 3.3), rounding it to
@@ -77,11 +80,59 @@ CASES: dict[str, list[Case | str]] = {
                "torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1))", "TypeError"),
         raises("checkpoint_bytes(nn.Linear(2, 2), 'adamw')", "TypeError"),
     ],
-    # A prediction, graded within 5%: 8,153,092 bytes, three quarters of them saved activations.
-    # The small terms may be missed and still pass: the causal masks or the token ids and targets
-    # (0.1% each), the norms' statistics (less). Missing a real part fails: the gradients (6.4%
-    # low), AdamW's state (13%), everything saved outside the blocks (9.8%: the log-softmax over
-    # the vocabulary is most of it), or the activations altogether. float() accepts the number
-    # written as an int or as a float.
+    # A prediction, graded within 5%, for each student's own batch (VARIANTS below): the default,
+    # 8 sequences of 64 tokens, needs 8,153,092 bytes, three quarters of them saved activations.
+    # In every variant the small terms may be missed and still pass: the causal masks (0.6% at
+    # most, at 128 tokens), the token ids and targets (0.11%), the norms' statistics (less), all
+    # of them together 0.8% at most. Missing a real part fails, each at least: the gradients
+    # (6.4% low), AdamW's state (13%), everything saved outside the blocks (7.0%: the log-softmax
+    # over the vocabulary is most of it), the softmax outputs, B·h·T² per block (6.9%), or the
+    # activations altogether. tests/test_training.py checks these shares for every variant.
+    # float() accepts the number written as an int or as a float.
     "predicted_step_bytes": [Case("float(predicted_step_bytes)", rel_tol=0.05)],
 }
+
+# Each student's batch for the graded prediction, on the same model of section 1: the default's
+# 8 sequences of 64 tokens, 16 shorter ones, or fewer longer ones (the softmax outputs grow with
+# T², the rest with B·T). Each keeps the total between 5.7 and 8.2 MB, so the gradients stay
+# above the band of 5% (a larger batch would let them be forgotten); tests/test_training.py
+# measures each step's tensors and the hooks' saved storages.
+VARIANTS = {
+    "predicted_step_bytes": Variants(
+        ("step_batch_size", "step_seq_len"),
+        ((8, 64), (16, 32), (4, 96), (2, 128)),
+        "the step's batch is step_batch_size = {step_batch_size} sequences of "
+        "step_seq_len = {step_seq_len} tokens"),
+}
+
+
+# Drawn hidden inputs: both counts are exact integers for every valid shape, so any shape gives
+# a check with one right answer, and a function that only fits the visible checks' shapes fails
+# a student's own. Small shapes, as in the fixed cases, that tests/test_training.py can measure:
+# heads of width 2 and more and contexts of 2 and more keep FlopCounterMode an oracle for them.
+def _drawn_step_flops(rng: random.Random) -> list[str]:
+    cases = []
+    for recompute in (False, True, rng.choice((False, True))):
+        d_ff = rng.randrange(4, 129) if rng.random() < 0.5 else None
+        cases.append(f"train_step_flops({rng.randint(1, 4)}, {rng.randrange(2, 65)}, "
+                     f"{rng.randint(2, 96)}, {rng.randint(2, 300)}, {rng.randint(1, 8)}"
+                     + (f", d_ff={d_ff}" if d_ff else "")
+                     + (", recompute=True" if recompute else "") + ")")
+    return cases
+
+
+def _drawn_saved_bytes(rng: random.Random) -> list[str]:
+    cases = []
+    for checkpoint_blocks in (False, True, rng.choice((False, True))):
+        n_heads = rng.randint(1, 4)
+        d_ff = rng.randrange(4, 129) if rng.random() < 0.5 else None
+        dtype = rng.choice(("float32", "bfloat16", "float16", "float64"))
+        cases.append(f"saved_activation_bytes({rng.randint(1, 4)}, "
+                     f"{n_heads * rng.randint(2, 16)}, {n_heads}, {rng.randint(2, 96)}, "
+                     f"{rng.randint(2, 300)}, {rng.randint(1, 8)}"
+                     + (f", d_ff={d_ff}" if d_ff else "") + f", dtype=torch.{dtype}"
+                     + (", checkpoint_blocks=True" if checkpoint_blocks else "") + ")")
+    return cases
+
+
+DRAWN = {"train_step_flops": _drawn_step_flops, "saved_activation_bytes": _drawn_saved_bytes}
