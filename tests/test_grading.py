@@ -163,6 +163,10 @@ def test_the_release_holds_no_graded_answer_sealed_or_plain(graded) -> None:
         with contextlib.suppress(ValueError):
             numbers.append(float(text))
     assert len(values) > 50  # the checks' messages, and the sealed ungraded answers
+    # A small whole answer (lesson 01's sums stop at 1, 4, 8 or 32) is written everywhere as
+    # itself, and no check of the notebook's numbers can tell it from them: those lessons rely
+    # on the graded check taking no answer (tests/test_notebooks.py, sealed_answers).
+    answers = [a for a in answers if not (a.is_integer() and abs(a) < 100)]
     leaked = [v for v in numbers for a in answers if math.isclose(v, a, rel_tol=1e-9)]
     assert leaked == [], f"{name}'s answer is in the release: {leaked}"
 

@@ -164,7 +164,9 @@ def test_progress_lists_each_exercise_of_the_students_copies(tmp_path, shared_tm
         if cell.metadata.get("nbgrader", {}).get("grade_id") in ("FloatFormat", "split_bits"):
             cell.source = by_id[cell.metadata.nbgrader.grade_id].source
     nbformat.write(nb, mine)
+    (workspace / ".student").write_text('{"student": "s-9", "code": null}')  # as lab --student
     done = grader("progress", lesson.name, "--workspace", workspace, "--course-dir", course)
+    assert "asks about the numbers drawn for s-9" in done.stdout  # its kernels had them
     assert "passes   split_bits" in done.stdout and "to do    decode" in done.stdout
     exercises = sum(1 for c in reference.cells if c.metadata.get("nbgrader", {}).get("grade"))
     assert f"2 of {exercises} exercises pass their visible checks" in done.stdout

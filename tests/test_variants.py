@@ -7,7 +7,7 @@ import os
 from collections import Counter
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grader.common.errors import CourseError
@@ -177,7 +177,7 @@ def test_each_student_is_graded_on_their_own_numbers_and_a_copy_earns_nothing(
         spec = variants_of_lesson(lesson)
         answer = f"{int(variant_answer(lesson, PREDICTION, index)):,}"
         assert f"the answer for your numbers ({spec.said(index)}) is {answer}" in text, name
-        assert "within 10% of it" in text
+        assert "(within 10%, as the check counts) earns the point" in text
         assert f"Your numbers (drawn for {name}): {spec.said(index)}" in text  # their MLP ran
     grader("report", LESSON, "--course-dir", course)
     with (course / "reports" / LESSON / "variants.csv").open() as handle:
@@ -217,3 +217,63 @@ def test_two_students_meet_their_own_hidden_inputs_and_the_kernel_sees_no_seed()
     draw_ = lesson_draw(KEY, lesson, "ana")
     assert set(json.loads(draw_.environment()["CTC_VARIANTS"])) == {"student", "course", "draws"}
     assert str(draw_.seeds["training_memory"]) not in draw_.environment()["CTC_VARIANTS"]
+
+
+@settings(deadline=None)  # the first example imports torch (the checks' comparison)
+@given(answer=st.floats(1e-3, 1e15), tolerance=st.sampled_from([0.01, 0.05, 0.1, 0.25]),
+       ratio=st.floats(0.5, 1.5))
+def test_the_feedback_says_inside_exactly_when_the_point_is_given(answer, tolerance,
+                                                                  ratio) -> None:
+    """The band a graded prediction's feedback shows is the one its check applies
+    (math.isclose: within the tolerance of the larger number), and every number it shows as
+    an end of the band earns the point."""
+    import re
+
+    from grader.content.notebook_checks import readable
+    from grader.grading.probe import Check, Exercise, judge
+
+    exercise = Exercise("p", 1.0, [Check("float(p)", answer, tolerance, 0.0, True)],
+                        prediction=True)
+    verdict = judge(exercise, [answer * ratio])
+    assert ("is inside it" in verdict.told) == (verdict.points == 1.0), verdict.told
+    low, high = re.search(r"from (\S+) to (\S+) \(within", verdict.told).groups()
+    assert readable(answer) in verdict.told
+    if answer >= 1000:  # the ends shown are whole numbers inside the band
+        for end in (low, high):
+            assert judge(exercise, [float(end.replace(",", ""))]).points == 1.0, verdict.told
+
+
+def test_a_notebook_worked_on_other_numbers_gets_one_reason_saying_which() -> None:
+    """Each way a notebook's numbers can differ from its student's is named, once per
+    exercise however many records a notebook holds (it cannot bury the grader's other
+    reasons), and a notebook of the student's own numbers gets none."""
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from grader.content.lessons import load_lesson
+    from grader.content.variants import lesson_draw
+    from grader.grading.autograde import drawn_elsewhere
+
+    lesson = load_lesson(LESSON)
+    own = lesson_draw(KEY, lesson, "ana")
+    index = own.variants[PREDICTION]
+
+    def notebook(*records) -> object:
+        outputs = [new_output("display_data", data={"text/plain": "..."}, metadata={
+            "counting_the_cost": {"variant": {"exercise": f"{LESSON}/{PREDICTION}",
+                                              "student": who, "index": i, "course": course}}})
+            for who, i, course in records]
+        return new_notebook(cells=[new_code_cell("", outputs=outputs)])
+
+    assert drawn_elsewhere(notebook(("ana", index, own.course)), lesson, own) == []
+    assert drawn_elsewhere(notebook(), lesson, own) == []  # cleared: nothing to tell
+    forged = notebook(*((f"s{i}", index, own.course) for i in range(3000)))
+    [reason] = drawn_elsewhere(forged, lesson, own)
+    assert "another student id, 's0' (and 49 more)" in reason  # 50 records read at most
+    other = (index + 1) % len(variants_of_lesson(lesson).choices)
+    [reason] = drawn_elsewhere(notebook(("ana", other, "0" * 12)), lesson, own)
+    assert "with another course's key" in reason
+    [reason] = drawn_elsewhere(notebook(("ana", other, own.course)), lesson, own)
+    assert "as another variant than the course draws" in reason
+    [reason] = drawn_elsewhere(notebook((None, other, "")), lesson, own)
+    assert "the course's default numbers" in reason
+    assert drawn_elsewhere(forged, lesson, lesson_draw(None, lesson, "ana")) == []  # no key

@@ -51,16 +51,27 @@ def config_folder(spawner) -> str:
 
 def student_variants(spawner) -> str:
     """The user's own numbers in every lesson (grader/content/variants.py), drawn for their hub
-    user name with the course's key. The hub runs as root and reads the key; the user's server
-    gets the draws alone. Before the first release there is no key: "" (the defaults)."""
-    code = ("import sys; from pathlib import Path; "
-            "from grader.content.variants import course_key, lab_variants; "
-            "key = course_key(Path(sys.argv[1])); "
-            "print(lab_variants(key, sys.argv[2]) if key else '')")
-    done = subprocess.run([str(VENV / "bin" / "python"), "-c", code, str(COURSE_DIR),
+    user name with the course's key. The hub runs as root and reads the key, or makes it (for
+    the course folder's owner) when no release has yet: every server then holds the numbers the
+    grader will draw, from the first login on. The user's server gets the draws alone. Without
+    the course folder no server starts: with the default numbers, students would work on
+    other numbers than the ones they are graded on."""
+    if not COURSE_DIR.is_dir():
+        spawner.log.error("CTC_COURSE_DIR=%s is not a folder: create the course folder "
+                          "(deploy/hub/README.md) or set CTC_COURSE_DIR", COURSE_DIR)
+        raise RuntimeError("the course is not set up yet: tell your instructor")
+    code = ("import os, sys; from pathlib import Path; "
+            "from grader.content.variants import KEY_FILE, course_key, lab_variants; "
+            "root = Path(sys.argv[1]); made = not (root / KEY_FILE).exists(); "
+            "key = course_key(root, create=True); "
+            "made and os.chown(root / KEY_FILE, root.stat().st_uid, root.stat().st_gid); "
+            "print(lab_variants(key, sys.argv[2]))")
+    done = subprocess.run([str(VENV / "bin" / "python"), "-I", "-c", code, str(COURSE_DIR),
                            spawner.user.name], capture_output=True, text=True, timeout=120)
     if done.returncode != 0:  # the server must not start with other numbers than the grader's
-        raise RuntimeError(f"could not draw {spawner.user.name}'s variants: {done.stderr[-500:]}")
+        spawner.log.error("could not draw %s's numbers: %s", spawner.user.name,
+                          done.stderr[-2000:])
+        raise RuntimeError("your server could not be given your numbers: tell your instructor")
     return done.stdout.strip()
 
 

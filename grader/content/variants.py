@@ -33,6 +33,7 @@ import random
 import re
 import secrets
 import stat
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,12 +55,17 @@ def course_key(root: Path, create: bool = False) -> bytes | None:
     path = root / KEY_FILE
     if create and not path.exists():
         root.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):  # another release made it a moment ago
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.write(fd, secrets.token_bytes(KEY_BYTES))
-            finally:
-                os.close(fd)
+        # Written whole under another name, then linked into place: a key is there entire or
+        # not at all (a crash, a full disk), and of two releases at once the first one wins.
+        fd, written = tempfile.mkstemp(prefix=".variants-", dir=root)  # mode 0600
+        try:
+            os.write(fd, secrets.token_bytes(KEY_BYTES))
+            os.fsync(fd)
+            os.close(fd)
+            with contextlib.suppress(FileExistsError):  # another release made it a moment ago
+                os.link(written, path)
+        finally:
+            os.unlink(written)
     try:
         info = path.lstat()
     except FileNotFoundError:

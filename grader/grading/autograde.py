@@ -268,6 +268,7 @@ class Prepared:
     reasons: list[str]
     flags: list[str]
     draw: Draw | None = None
+    drawn: list[str] = field(default_factory=list)  # its numbers were not its student's: why
 
     def plan(self, lesson: Lesson) -> tuple[Exercise, ...]:
         return plan_for(lesson, self.draw)
@@ -297,29 +298,45 @@ def recorded_variants(nb: NotebookNode) -> list[tuple[str, str | None, int, str]
 
 def drawn_elsewhere(nb: NotebookNode, lesson: Lesson, draw: Draw | None) -> list[str]:
     """Why a handed-in notebook was worked for other numbers than its student's: drawn for
-    another id, or without an id on the default numbers where the student's differ. It is
-    graded against the student's own numbers either way; the instructor is told."""
+    another id, on the default numbers (no id), with another course's key, or for this id as
+    another variant than the course draws (a code of someone else's, or the lesson's variants
+    changed since). It is graded against the student's own numbers either way; the
+    instructor is told, in one reason per exercise at most (a notebook cannot bury the
+    grader's other reasons under records of its own making)."""
     if draw is None or draw.student is None:
         return []
-    reasons = []
+    found: dict[str, dict[str, list[str]]] = {}  # exercise -> kind of reason -> ids
     for exercise, student, index, course in recorded_variants(nb):
         name = exercise.removeprefix(f"{lesson.name}/")
         if name not in draw.variants:
             continue
         if student is not None and student != draw.student:  # a copy, whatever its numbers
-            reasons.append(f"its {name} was drawn for another student id, "
-                           f"{inert(student, limit=60)!r}: graded against this student's own "
-                           "numbers")
+            kind = "other id"
         elif index == draw.variants[name]:
             continue  # the student's own numbers
         elif student is None:
-            reasons.append(f"its {name} was worked on the course's default numbers (no student "
-                           "id set in the lab): graded against this student's own numbers")
+            kind = "default"
         elif course != draw.course:
-            reasons.append(f"its {name} was drawn for this student with another course's key "
-                           "(a lab with a course directory of its own?): graded against this "
-                           "student's own numbers")
-    return list(dict.fromkeys(reasons))
+            kind = "other key"
+        else:
+            kind = "other variant"
+        found.setdefault(name, {}).setdefault(kind, []).append(student or "")
+    reasons = []
+    for name, kinds in found.items():
+        if "other id" in kinds:
+            ids = list(dict.fromkeys(kinds["other id"]))
+            more = f" (and {len(ids) - 1} more)" if len(ids) > 1 else ""
+            why = f"drawn for another student id, {inert(ids[0], limit=60)!r}{more}"
+        elif "default" in kinds:
+            why = "worked on the course's default numbers (no student id set in the lab)"
+        elif "other key" in kinds:
+            why = ("drawn for this student with another course's key (a lab with a course "
+                   "directory of its own, without the code from `variants`?)")
+        else:
+            why = ("drawn for this student as another variant than the course draws (someone "
+                   "else's code, or the lesson's variants changed since)")
+        reasons.append(f"its {name} was {why}: graded against this student's own numbers")
+    return reasons
 
 
 def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_id: str,
@@ -346,8 +363,8 @@ def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_i
     except Exception as error:
         return Graded(student_id, "invalid", [f"the notebook could not be prepared for "
                                               f"grading ({type(error).__name__}: {error})"[:300]])
-    reasons += drawn_elsewhere(submitted, lesson, draw)
-    return Prepared(student_id, cleaned, reasons + notes, scan(submitted, source), draw)
+    return Prepared(student_id, cleaned, reasons + notes, scan(submitted, source), draw,
+                    drawn_elsewhere(submitted, lesson, draw))
 
 
 def finish(prepared: Prepared, run: Run, lesson: Lesson) -> Graded:
@@ -356,6 +373,7 @@ def finish(prepared: Prepared, run: Run, lesson: Lesson) -> Graded:
     annotate(run.notebook, verdicts, run.events)
     reasons = prepared.reasons + run.events
     reasons += [f"code reaches for {what}" for what in prepared.flags]
+    reasons += prepared.drawn  # last: the grader's own reasons come first
     status = "needs_review" if reasons else "graded"
     return Graded(prepared.student_id, status, reasons, verdicts, run.notebook, run.seconds,
                   prepared.flags)
@@ -363,8 +381,8 @@ def finish(prepared: Prepared, run: Run, lesson: Lesson) -> Graded:
 
 def not_graded(prepared: Prepared, why: str) -> Graded:
     """A prepared submission that could not be run or judged: needs_review, saying why."""
-    return Graded(prepared.student_id, "needs_review", [*prepared.reasons, why[:500]],
-                  flags=prepared.flags)
+    return Graded(prepared.student_id, "needs_review", [*prepared.reasons, why[:500],
+                                                        *prepared.drawn], flags=prepared.flags)
 
 
 def run_prepared(prepared: Prepared, lesson: Lesson, limits: Limits, use_sandbox: bool,

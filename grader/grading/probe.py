@@ -454,18 +454,28 @@ def judge(exercise: Exercise, results: list[object], partial: bool = False) -> V
 
 def _told(exercise: Exercise, results: list[object]) -> str:
     """What a graded prediction's feedback says: the numbers it asked about (where they vary),
-    the answer, the band that earns the point, and the student's number."""
-    from grader.content.notebook_checks import readable
+    the answer, the band that earns the point and the student's number, inside it or not as
+    the check itself judged it (``math.isclose``: within ``rel_tol`` of the larger of the two,
+    so the band reaches answer / (1 - rel_tol) above)."""
+    from grader.content.notebook_checks import _same_float, readable
 
     banded = [(c, got) for c, got in zip(exercise.checks, results, strict=True)
               if c.rel_tol and type(c.expected) is float]
     if len(banded) != 1:
         return ""
     check, got = banded[0]
-    low, high = sorted((check.expected * (1 - check.rel_tol), check.expected * (1 + check.rel_tol)))
+    low, high = sorted((check.expected * (1 - check.rel_tol),
+                        check.expected / (1 - check.rel_tol)))
+    if abs(low) >= 1000:  # shown as whole numbers: the ones inside the band
+        low, high = math.ceil(low), math.floor(high)
+        for _ in range(4):  # an end that rounding put a hair outside
+            low += not _same_float(float(low), check.expected, check.rel_tol, 0.0)
+            high -= not _same_float(float(high), check.expected, check.rel_tol, 0.0)
     yours = (f"your number, {readable(got)}, is "
-             + ("inside it" if low <= got <= high else "outside it")
+             + ("inside it" if _same_float(got, check.expected, check.rel_tol, 0.0)
+                else "outside it")
              if type(got) is float else "no number of yours was read")
     asked = f"for your numbers ({exercise.asked}) " if exercise.asked else ""
-    return (f"the answer {asked}is {readable(check.expected)}; within {check.rel_tol:.0%} of it "
-            f"({readable(low)} to {readable(high)}) earns the point, and {yours}")
+    return (f"the answer {asked}is {readable(check.expected)}; a number from {readable(low)} "
+            f"to {readable(high)} (within {check.rel_tol:.0%}, as the check counts) earns the "
+            f"point, and {yours}")

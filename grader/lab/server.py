@@ -261,7 +261,14 @@ def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int =
     prepare_workspace(course, workspace, lessons)
     env = {**lab_environment(course), **workspace_variants(course, workspace, student, code)}
     if ENV in env:
-        print(f"your own numbers are drawn for student id {json.loads(env[ENV])['student']}")
+        given = json.loads(env[ENV])
+        if json.loads((workspace / STUDENT_FILE).read_text()).get("code"):
+            print(f"your own numbers for student id {given['student']}: from your code")
+        else:
+            print(f"your own numbers are drawn for student id {given['student']} with this "
+                  f"machine's course key ({given['course']}): your class's numbers only where "
+                  "this is your course's machine. On a machine of your own, use the code your "
+                  "instructor gives you (--code CODE); without one, these are for self-study.")
     if smoke:
         return smoke_test(workspace, lessons, port, env)
     print(f"opening JupyterLab in {workspace} (Ctrl-C twice to stop)")

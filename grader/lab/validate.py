@@ -149,7 +149,8 @@ def whose_numbers(nb: NotebookNode) -> str:
     when it ran ("" for a lesson whose numbers do not vary)."""
     for cell in nb.cells:
         for output in cell.get("outputs", []):
-            shown = output.get("metadata", {}).get(MARK, {}).get("variant")
+            mark = output.get("metadata", {}).get(MARK)
+            shown = mark.get("variant") if isinstance(mark, dict) else None
             if isinstance(shown, dict):
                 student = shown.get("student")
                 return (f"Your graded prediction asks about the numbers drawn for {student}."

@@ -78,8 +78,9 @@ def report(course: CourseDir, lesson: Lesson) -> Path:
 
     _histogram([float(r["score"]) for r in rows], float(rows[0]["max_score"]), lesson,
                folder / "scores.png")
+    variants = ", variants.csv" if (folder / "variants.csv").exists() else ""
     lines += ["", f"written: {folder}/pass_rates.csv, exercises.csv, scores.png, flagged.csv, "
-              "handins.csv, late.csv"]
+              f"handins.csv, late.csv{variants}"]
     course.log("\n".join(lines))
     return folder
 
