@@ -450,30 +450,39 @@ def test_a_graded_prediction_says_in_and_holds_no_answer() -> None:
 
 @pytest.mark.slow
 def test_a_variant_cell_binds_the_students_own_numbers_and_records_whose_they_are() -> None:
-    """The lab (or the grading kernel) gives the draws in CTC_VARIANTS; without them, the
-    default, said once; a value that is not a draw of this exercise is the default too."""
+    """The lab (or the grading kernel) gives the draws in CTC_VARIANTS, which the cell reads
+    when it runs; without them, the default, said once; a value that is not a draw of this
+    exercise is the default too. One kernel: each cell sets the variable it tests."""
+    import json
+
     from grader.content.variants import kernel_variants
     from grader.lab.validate import MARK
 
     cell = ("w = your_variant('05_x/p', ('w',), [((1, 2),), ((3, 4),), ((5, 6),)], "
             "'the widths {w[0]} and {w[1]}')\nprint(w)")
-    drawn, = run_cells(cell, env={"CTC_VARIANTS": kernel_variants("s-001", {"05_x": {"p": 2}},
-                                                                  "c0ffee")})
+
+    def given(value: str | None) -> str:
+        return ("import os\nos.environ.pop('CTC_VARIANTS', None)\n" if value is None else
+                f"import os\nos.environ['CTC_VARIANTS'] = {value!r}\n") + cell
+
+    bad = ("not json", '{"student": "s", "draws": {"05_x/p": 7}}', "[1]",
+           '{"student": 5, "draws": {"05_x/p": 1}}')
+    drawn, first, again, *refused = run_cells(
+        given(kernel_variants("s-001", {"05_x": {"p": 2}}, "c0ffee")), given(None), given(None),
+        *map(given, bad))
     shown, printed = drawn
     assert shown.data["text/plain"] == "Your numbers (drawn for s-001): the widths 5 and 6"
     assert shown.metadata[MARK] == {"variant": {"exercise": "05_x/p", "student": "s-001",
                                                 "index": 2, "course": "c0ffee"}}
     assert printed.text == "(5, 6)\n"
-    first, again = run_cells(cell, cell)
     assert first[0].data["text/plain"].startswith("Your numbers: the widths 1 and 2\n(No "
                                                   "student id is set")
     assert again[0].data["text/plain"] == "Your numbers: the widths 1 and 2"  # said once
     assert first[0].metadata[MARK]["variant"] == {"exercise": "05_x/p", "student": None,
                                                   "index": 0, "course": ""}
-    for value in ("not json", '{"student": "s", "draws": {"05_x/p": 7}}', '[1]',
-                  '{"student": 5, "draws": {"05_x/p": 1}}'):
-        (shown, _), = run_cells(cell, env={"CTC_VARIANTS": value})
+    for value, (shown, _) in zip(bad, refused, strict=True):
         assert shown.metadata[MARK]["variant"]["index"] == 0, value
+    assert json.loads(kernel_variants("s", {}, ""))["draws"] == {}
 
 
 @pytest.mark.slow
