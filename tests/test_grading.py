@@ -208,9 +208,12 @@ def test_untouched_student_version_scores_zero(graded) -> None:
 
 
 def test_one_wrong_exercise_loses_exactly_its_points(graded) -> None:
+    """And a visible check caught it: the student saw it fail before handing in (what
+    Validate shows; tests/test_browser.py reads the dialog for lesson 01)."""
     name, _ = WRONG_ANSWERS[graded["lesson"].name]
     got, maximum, _ = score(graded, "one_wrong")
     assert got == maximum - graded["points"][name]
+    assert graded["status"]["one_wrong"]["exercises"][name]["failures"], name
 
 
 def test_correct_code_that_writes_to_stderr_keeps_its_points(graded) -> None:

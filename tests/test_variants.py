@@ -271,3 +271,22 @@ def test_a_notebook_worked_on_other_numbers_gets_one_reason_saying_which() -> No
     [reason] = drawn_elsewhere(notebook((None, other, "")), lesson, own)
     assert "the course's default numbers" in reason
     assert drawn_elsewhere(forged, lesson, lesson_draw(None, lesson, "ana")) == []  # no key
+
+
+@settings(deadline=None, max_examples=40)
+@given(seed_value=st.integers(0, 2**64 - 1))
+def test_every_lessons_drawn_cases_are_answered_by_the_reference(seed_value) -> None:
+    """Whatever a student's seed, each drawn hidden case is valid input the reference answers
+    (or refuses as the case says): grading never meets a draw it cannot judge."""
+    from grader.content.cases import as_case
+    from grader.content.lessons import all_lessons
+    from grader.content.variants import drawn_cases, drawn_of
+    from grader.grading.plans import _expected, reference_namespace
+
+    for lesson in all_lessons():
+        namespace = reference_namespace(lesson)
+        for exercise in drawn_of(lesson):
+            cases = drawn_cases(lesson, exercise, seed_value)
+            assert len(cases) == 3, (lesson.name, exercise)
+            for case in map(as_case, cases):
+                _expected(case, namespace)  # raises CourseError for a draw it cannot answer
