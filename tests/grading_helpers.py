@@ -280,3 +280,15 @@ def assert_alternatives_pass_hidden_checks(alternatives: dict, module, cases: di
             for variant in variants:
                 got = eval(case.expression, {**vars(module), name: variant})
                 assert _difference(got, expected, case.rel_tol, 0.0) is None, (case, variant)
+
+
+def drawn_calls(draw: Callable, seeds: range = range(3)) -> list[list]:
+    """The hidden cases ``draw`` (a cases module's ``DRAWN`` function) gives each of ``seeds``,
+    checked to be three a student, another three for another seed and the same for one."""
+    import random
+
+    draws = [draw(random.Random(seed)) for seed in seeds]
+    assert all(len(calls) == 3 for calls in draws)
+    assert len({tuple(map(str, calls)) for calls in draws}) == len(draws)
+    assert draws[0] == draw(random.Random(seeds[0]))  # a seed gives one draw
+    return draws
