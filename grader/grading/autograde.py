@@ -269,9 +269,7 @@ class Prepared:
     flags: list[str]
     draw: Draw | None = None
     drawn: list[str] = field(default_factory=list)  # its numbers were not its student's: why
-
-    def plan(self, lesson: Lesson) -> tuple[Exercise, ...]:
-        return plan_for(lesson, self.draw)
+    plan: tuple[Exercise, ...] = ()  # the exercises as this student is graded on them
 
     def env(self) -> dict[str, str]:
         return self.draw.environment() if self.draw is not None else {}
@@ -364,12 +362,12 @@ def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_i
         return Graded(student_id, "invalid", [f"the notebook could not be prepared for "
                                               f"grading ({type(error).__name__}: {error})"[:300]])
     return Prepared(student_id, cleaned, reasons + notes, scan(submitted, source), draw,
-                    drawn_elsewhere(submitted, lesson, draw))
+                    drawn_elsewhere(submitted, lesson, draw), plan_for(lesson, draw))
 
 
 def finish(prepared: Prepared, run: Run, lesson: Lesson) -> Graded:
     """The graded submission from its run: verdicts under the test cells, status and reasons."""
-    verdicts = [run.verdicts[exercise.name] for exercise in prepared.plan(lesson)]
+    verdicts = [run.verdicts[exercise.name] for exercise in prepared.plan]
     annotate(run.notebook, verdicts, run.events)
     reasons = prepared.reasons + run.events
     reasons += [f"code reaches for {what}" for what in prepared.flags]
@@ -390,7 +388,7 @@ def run_prepared(prepared: Prepared, lesson: Lesson, limits: Limits, use_sandbox
     """Run a prepared submission here, judging as it goes."""
     files = [lesson.folder / name for name in lesson.data_files]
     try:
-        run = run_submission(prepared.notebook, files, prepared.plan(lesson), limits,
+        run = run_submission(prepared.notebook, files, prepared.plan, limits,
                              use_sandbox, partial, env=prepared.env())
     except GradingError as error:
         return not_graded(prepared, f"grading error: {error}")

@@ -138,7 +138,7 @@ def payload_for(prepared: Prepared, lesson: Lesson, limits: Limits) -> dict:
         "lesson": lesson.name, "student": prepared.student_id,
         "notebook": prepared.notebook,
         "exercises": [{"name": e.name, "expressions": [c.expression for c in e.checks]}
-                      for e in prepared.plan(lesson)],
+                      for e in prepared.plan],
         "files": {name: base64.b64encode((lesson.folder / name).read_bytes()).decode()
                   for name in lesson.data_files},
         "limits": asdict(limits), "env": prepared.env(),
@@ -154,7 +154,7 @@ def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool
         return not_graded(prepared, f"grading error on a worker: {result['error']}")
     events = list(result.get("events", []))
     verdicts = {}
-    own = prepared.plan(lesson)
+    own = prepared.plan
     for exercise in own:
         if exercise.name in result.get("lost", {}):
             failure = Failure(str(result["lost"][exercise.name]))
