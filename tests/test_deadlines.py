@@ -372,9 +372,23 @@ def test_a_zips_member_times_never_count_and_moodles_worksheet_gives_the_times(t
     _, rows = stored(course, "folders", received.root, received=received)
     assert rows["s1"]["late_penalty"] == 0.0
     assert rows["s1"]["time_source"] == "none: no submission time in student folders"
+    # The same worksheet downloaded in French and in German: headings, identifiers and times
+    # as those languages write them.
+    Path(tmp_path / "fr.csv").write_text(
+        "Identifiant,Nom complet,Adresse de courriel,Statut,Note,Note maximale,"
+        "Dernière modification (travail remis),Dernière modification (note)\n"
+        "Participant5001,Adélaïde Lovelace,ada@uni.fr,Remis,,\"100,00\","
+        "\"lundi 10 mars 2025, 23:58\",-\n", encoding="utf-8")
+    Path(tmp_path / "de.csv").write_text(
+        "ID,Vollständiger Name,E-Mail-Adresse,Status,Bewertung,Bestwertung,"
+        "Zuletzt geändert (Abgabe),Zuletzt geändert (Bewertung)\n"
+        "Teilnehmer/in5001,Adélaïde Lovelace,ada@uni.fr,Abgegeben,,\"100,00\","
+        "\"Montag, 10. März 2025, 23:58\",-\n", encoding="utf-8")
+    for language in ("fr", "de"):
+        assert times_file(tmp_path / f"{language}.csv", BERLIN) == {"5001": times["5001"]}
     Path(tmp_path / "odd.csv").write_text("Identifier,Last modified (submission)\n"
-                                          "Participant 1,\"lundi 10 mars 2025, 23:58\"\n")
-    with pytest.raises(CourseError, match="English Moodle"):
+                                          "Participant 1,10/03/2025 23:58\n")
+    with pytest.raises(CourseError, match="not a time as Moodle writes it"):
         times_file(tmp_path / "odd.csv", BERLIN)
     with pytest.raises(CourseError, match="set timezone"):
         times_file(worksheet, None)

@@ -43,12 +43,6 @@ from grader.intake.zips import MAX_METADATA_BYTES
 OURS = "the timestamps file"
 MOODLE = "Moodle's grading worksheet (Last modified (submission))"
 CANVAS = "Canvas's submitted_at (submissions API)"
-MOODLE_ID = re.compile(r"\s*Participant\s+(\d+)\s*")
-MOODLE_TIME = re.compile(r"(?:[^\W\d_]+,\s*)?(\d{1,2})\s+([^\W\d_]+)\s+(\d{4}),\s*(\d{1,2}):(\d{2})"
-                         r"\s*([AaPp][Mm])")
-MONTHS = {name: number for number, name in enumerate(
-    ("january", "february", "march", "april", "may", "june", "july", "august", "september",
-     "october", "november", "december"), 1)}
 FORMS = ("a CSV student_id,submitted_at; Moodle's grading worksheet as it comes (Identifier, "
          "Last modified (submission)); or Canvas's submissions API JSON (user_id, "
          "submitted_at)")
@@ -71,14 +65,15 @@ def read(path: Path, zone: ZoneInfo | None) -> dict[str, tuple[float, str]]:
         raise CourseError(f"the timestamps file {path} is not UTF-8 text: give {FORMS}") from None
     if text.lstrip()[:1] in ("[", "{"):
         return _canvas(text, path)
+    from grader.intake import worksheet
     from grader.intake.rosters import read_csv
 
     rows = read_csv(path, "timestamps file")
     header = set(rows[0]) if rows else set()
     if {"student_id", "submitted_at"} <= header:
         return _ours(rows, path, zone)
-    if {"Identifier", "Last modified (submission)"} <= header:
-        return _moodle(rows, path, zone)
+    if {"Identifier", "Last modified (submission)"} <= set(worksheet.columns(list(header))):
+        return _moodle(worksheet.english_rows(rows), path, zone)
     raise CourseError(f"the timestamps file {path} is none of the forms read: {FORMS}")
 
 
@@ -97,39 +92,38 @@ def _moodle(rows: list[dict[str, str]], path: Path, zone: ZoneInfo | None,
         raise CourseError(f"{path} is Moodle's grading worksheet, whose times have no zone (they "
                           "are in your Moodle profile's): set timezone = \"Area/City\" in the "
                           "deadlines file to that zone")
+    from grader.intake.worksheet import participant
+
     found = {}
     for number, row in enumerate(rows, start=2):
-        participant = MOODLE_ID.fullmatch(row.get("Identifier", ""))
+        student = participant(row.get("Identifier", ""))
         written = row.get("Last modified (submission)", "").strip()
-        if participant is None or written in ("", "-"):
+        if student is None or written in ("", "-"):
             continue
         when = moodle_time(written, zone)
         if when is None:
             raise CourseError(f"{path}, line {number}: 'Last modified (submission)' is "
-                              f"{inert(written, 60)!r}, not a time as English Moodle writes it "
-                              "(\"Tuesday, 4 March 2025, 9:05 AM\"): download the worksheet "
-                              "with your Moodle language set to English, or give a CSV "
-                              "student_id,submitted_at")
-        found[participant[1]] = (when, MOODLE)
+                              f"{inert(written, 60)!r}, not a time as Moodle writes it in "
+                              "English, German, French or Spanish (\"Tuesday, 4 March 2025, "
+                              "9:05 AM\"): download the worksheet with your Moodle language set "
+                              "to one of these, or give a CSV student_id,submitted_at")
+        found[student] = (when, MOODLE)
     return found
 
 
 def moodle_time(text: str, zone: ZoneInfo) -> float | None:
-    """A time as English Moodle's userdate() writes it ("Tuesday, 4 March 2025, 9:05 AM") in
-    ``zone``, as seconds since the epoch; None for anything else. A wall time that happens twice
-    (clocks going back) is read as the earlier."""
+    """A time as Moodle's userdate() writes it ("Tuesday, 4 March 2025, 9:05 AM", or in German,
+    French or Spanish: grader/intake/worksheet.py) in ``zone``, as seconds since the epoch;
+    None for anything else. A wall time that happens twice (clocks going back) is read as the
+    earlier."""
     from grader.intake.times import FIRST_YEAR, LAST_YEAR
+    from grader.intake.worksheet import wall_time
 
-    found = MOODLE_TIME.fullmatch(text.strip())
-    if found is None:
+    found = wall_time(text)
+    if found is None or not FIRST_YEAR <= found[0] <= LAST_YEAR:
         return None
-    day, month, year, hour, minute, half = found.groups()
-    if month.lower() not in MONTHS or not 1 <= int(hour) <= 12 \
-            or not FIRST_YEAR <= int(year) <= LAST_YEAR:
-        return None
-    hour24 = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
     try:
-        when = datetime(int(year), MONTHS[month.lower()], int(day), hour24, int(minute))
+        when = datetime(*found)
     except ValueError:
         return None
     return when.replace(tzinfo=zone, fold=0).timestamp()

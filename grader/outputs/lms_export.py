@@ -37,7 +37,8 @@ from pathlib import Path
 
 from grader.common.errors import CourseError
 from grader.common.text import FORMULA_START, display, inert, student_cell
-from grader.intake.rosters import PARTICIPANT, Assignment
+from grader.intake import worksheet
+from grader.intake.rosters import Assignment
 
 MOODLE_IDS = {"username": "Username", "email": "Email address", "id_number": "ID number"}
 WORKSHEET_NEEDS = ("Identifier", "Grade", "Maximum Grade", "Last modified (grade)")
@@ -87,6 +88,39 @@ def _held_summary(held: list[list[str]], where: Path, include_flagged: bool) -> 
                            "submissions"))
 
 
+def points_out_of(lessons: list[str], rows: list[dict], roster: dict[str, dict[str, str]],
+                  assignments: dict[str, Assignment]) -> dict[str, float]:
+    """What each lesson's grades are scaled to: the LMS assignment's points, from the
+    assignments file or from the Maximum Grade of the Moodle worksheet given as roster (its
+    students are the lesson's participants). Two that disagree are refused: one of them is
+    wrong, and a grade scaled to it would be too (a worksheet's 100 against a file's 10
+    imports a perfect score as 10%)."""
+    found: dict[str, float] = {}
+    for lesson in lessons:
+        maxima = set()
+        for row in rows:
+            text = roster.get(str(row["student_id"]), {}).get("max_grade", "")
+            if row["lesson"] == lesson and text:
+                try:
+                    maxima.add(float(text.replace(",", ".")))
+                except ValueError:
+                    continue
+        given = assignments[lesson].points if lesson in assignments else None
+        if len(maxima) > 1:
+            shown = ", ".join(map(points_text, sorted(maxima)))
+            raise CourseError(f"the worksheets given with --roster hold {lesson}'s students "
+                              f"with different Maximum Grades ({shown}): give the one "
+                              "worksheet of the lesson's assignment")
+        if maxima and given is not None and abs(next(iter(maxima)) - given) > 1e-9:
+            raise CourseError(f"{lesson}: the assignments file says {points_text(given)} points, "
+                              f"the Moodle worksheet's Maximum Grade says "
+                              f"{points_text(next(iter(maxima)))}: correct the one that is wrong "
+                              "(the grades are scaled to it)")
+        if given is not None or maxima:
+            found[lesson] = given if given is not None else next(iter(maxima))
+    return found
+
+
 def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[str],
               lessons: list[str], maxima: dict[str, float], roster: dict[str, dict[str, str]],
               assignments: dict[str, Assignment], include_flagged: bool) -> int:
@@ -106,6 +140,7 @@ def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[st
                           "assignments file")
     columns = [assignments[x] if x in assignments else Assignment(x, x) for x in lessons]
     origin = {str(r["student_id"]): r for r in rows if r.get("from")}
+    out_of = points_out_of(lessons, rows, roster, assignments)
 
     def known(student: str) -> dict[str, str]:
         found = dict(roster.get(student, {}))
@@ -128,9 +163,9 @@ def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[st
             held.append([student, name, lesson, status, str(row.get("reason", ""))])
             return None
         value, possible = float(row["score"]), maxima[lesson]
-        target = assignments.get(lesson)
-        if target is not None and target.points is not None and possible > 0:
-            value = value / possible * target.points
+        target = out_of.get(lesson)
+        if target is not None and possible > 0:
+            value = value / possible * target
         return points_text(value)
 
     if kind == "canvas":
@@ -192,7 +227,7 @@ def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[st
         raise CourseError(f"nothing written: no student has both a score and an identifier "
                           f"{'Canvas' if kind == 'canvas' else 'Moodle'} knows. "
                           + _held_summary(held, held_path, include_flagged))
-    scaled = [c.lesson for c in columns if c.points is not None]
+    scaled = [c.lesson for c in columns if out_of.get(c.lesson) is not None]
     course.log(f"wrote {len(written)} student(s) ({kind}), a file per lesson: "
                + ", ".join(f"{target} ({n})" for target, n in files) + "; "
                + (f"scores scaled to the LMS's points for {', '.join(scaled)}, raw points for "
@@ -229,33 +264,36 @@ def write_worksheet(course, path: Path, rows: list[dict], rosters: list[Path],
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise CourseError(f"cannot read the grading worksheet {source}: {error}") from None
     header = [c.strip() for c in table[0]] if table else []
-    missing = [c for c in WORKSHEET_NEEDS if c not in header]
+    named = worksheet.columns(header)  # English name -> its heading in the worksheet
+    missing = [c for c in WORKSHEET_NEEDS if c not in named]
     if missing:
         raise CourseError(f"{source} is not Moodle's grading worksheet as it comes: it lacks "
-                          f"{', '.join(missing)} (download it with your Moodle language set to "
-                          "English: the importer looks for these headings)")
-    last = header.index("Last modified (submission)") if "Last modified (submission)" in \
-        header else header.index("Maximum Grade")
-    kept = [i for i, name in enumerate(header) if i <= last or name == "Last modified (grade)"]
+                          f"{', '.join(missing)} (or their headings in German, French or "
+                          "Spanish: download the worksheet again, and give it as it came)")
+    last = header.index(named.get("Last modified (submission)", named["Maximum Grade"]))
+    kept = [i for i, name in enumerate(header)
+            if i <= last or name == named["Last modified (grade)"]]
+    moodle_own = {named[c] for c in WORKSHEET_MOODLE if c in named}
     by_student = {str(r["student_id"]): r for r in rows}
     held: list[list[str]] = []
     lines, seen = [[header[i] for i in kept]], set()
     for line in table[1:]:
-        cells = dict(zip(header, line, strict=False))
-        found = PARTICIPANT.fullmatch(cells.get("Identifier", ""))
-        if found is None:
+        given = dict(zip(header, line, strict=False))
+        cells = {english: given.get(heading, "") for english, heading in named.items()}
+        student, name = worksheet.participant(cells.get("Identifier", "")), cells.get(
+            "Full name", "")
+        if student is None:
             continue
-        student, name = found[1], cells.get("Full name", "")
         seen.add(student)
         row = by_student.get(student)
         status = row["status"] if row else "missing"
         why = ("no submission graded" if row is None or row["score"] is None
                else "" if status == "graded" or (status == "needs_review" and include_flagged)
                else str(row.get("reason", "")) or status)
-        if not why and cells.get("Grade can be changed", "").strip().lower() == "no":
+        if not why and cells.get("Grade can be changed", "").strip().casefold() in worksheet.NO:
             status, why = "not written", "Moodle locks this grade (Grade can be changed: No)"
         try:
-            maximum = float(cells.get("Maximum Grade", "").strip())
+            maximum = float(cells.get("Maximum Grade", "").strip().replace(",", "."))
         except ValueError:
             maximum = float("nan")
         if not why and not maximum > 0:
@@ -265,10 +303,10 @@ def write_worksheet(course, path: Path, rows: list[dict], rosters: list[Path],
             held.append([student, name, lesson, status, why])
             continue
         possible = float(row["max_score"])
-        cells["Grade"] = points_text(float(row["score"]) / possible * maximum if possible > 0
-                                     else 0.0)
-        lines.append([cells.get(header[i], "") if header[i] in WORKSHEET_MOODLE
-                      else display(cells.get(header[i], "")) for i in kept])
+        given[named["Grade"]] = points_text(float(row["score"]) / possible * maximum
+                                            if possible > 0 else 0.0)
+        lines.append([given.get(header[i], "") if header[i] in moodle_own
+                      else display(given.get(header[i], "")) for i in kept])
     for student in sorted(set(by_student) - seen):
         held.append([student, str(by_student[student].get("name", "")), lesson, "not written",
                      "not in the worksheet (another assignment's participant id?)"])
