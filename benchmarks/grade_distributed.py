@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.grade_class import build_class  # noqa: E402
 from grader.content.lessons import load_lesson  # noqa: E402
+from grader.grading.distributed import queue_key  # noqa: E402
 from tests import servers  # noqa: E402
 
 
@@ -59,7 +60,10 @@ def main() -> None:
         local = run([*grader, "autograde", lesson.name, str(tmp / "class"), "--jobs",
                      str(args.workers), "--cell-timeout", "20", "--course-dir",
                      str(tmp / "c1")])
-        workers = [subprocess.Popen([*grader, "worker", "--broker", url, "--concurrency", "1"],
+        key = tmp / "c2" / "queue.key"  # the coordinator's, made before the workers start
+        queue_key(key, create=True)
+        workers = [subprocess.Popen([*grader, "worker", "--broker", url, "--concurrency", "1",
+                                     "--queue-key", str(key)],
                                     cwd=REPO, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL, start_new_session=True)
                    for _ in range(args.workers)]

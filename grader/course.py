@@ -1,7 +1,7 @@
 """The instructor's course: a course directory (grader/gradebook/coursedir.py) and what can
 be done with it, each step in its own module: grading a class (grader/gradebook/batch.py),
 reading the grades (grader/gradebook/grades.py), feedback pages (grader/outputs/feedback.py).
-The command line (grader/cli.py), the lab and the tests use this."""
+The command line (grader/cli/), the lab and the tests use this."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ COMMANDS = {
     "autograde": ["01_float_formats", "submissions"], "feedback": ["01_float_formats"],
     "export": [], "report": ["01_float_formats"], "review": ["01_float_formats"],
     "similarity": ["01_float_formats"], "deadlines": ["--check"],
-    "lab": ["--smoke"], "variants": ["s001"],
+    "lab": ["--smoke"], "variants": ["s001"], "roster": ["roster.csv"],
     "demo": ["01_float_formats"], "progress": [], "worker": ["--broker", "redis://x:1/0"],
 }
 

@@ -147,10 +147,18 @@ def test_graders_of_two_lessons_adding_one_student_at_once_both_keep_their_grade
                 FLOATS.name, BACKPROP.name}
 
 
-def start_worker(broker: str, log: Path) -> subprocess.Popen:
+def start_worker(broker: str, log: Path, course: Path) -> subprocess.Popen:
+    """A worker with a copy of the queue key of ``course`` (made now, as the coordinator's
+    first ``autograde --broker`` would)."""
+    from grader.grading.distributed import QUEUE_KEY, queue_key
+
+    queue_key(course / QUEUE_KEY, create=True)
+    copy_of = log.with_suffix(".key")
+    copy_of.write_bytes((course / QUEUE_KEY).read_bytes())
+    copy_of.chmod(0o600)
     return grader_process("worker", "--broker", broker, "--concurrency", "1",
-                          stdout=log.open("w"), stderr=subprocess.STDOUT,
-                          start_new_session=True)
+                          "--queue-key", copy_of, stdout=log.open("w"),
+                          stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def start_coordinator(broker: str, tmp_path: Path) -> subprocess.Popen:
@@ -184,7 +192,7 @@ def test_workers_grade_a_class_and_a_worker_killed_mid_batch_loses_nothing(broke
     submit(tmp_path / "class", "s_dep", instructor, FLOATS.notebook.name)
     expected["s_dep"] = sum(points(instructor).values()) - points(instructor)["split_bits"]
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
-    workers = [start_worker(broker, log) for log in logs]
+    workers = [start_worker(broker, log, tmp_path / "course") for log in logs]
     try:
         wait_for(lambda: all("ready" in log.read_text() for log in logs), 60, "workers")
         coordinator = start_coordinator(broker, tmp_path)
@@ -216,7 +224,7 @@ def test_two_workers_on_one_machine_each_keep_their_long_submission(broker, tmp_
     for student in ("slow_a", "slow_b"):
         submit(tmp_path / "class", student, instructor, FLOATS.notebook.name)
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
-    workers = [start_worker(broker, log) for log in logs]
+    workers = [start_worker(broker, log, tmp_path / "course") for log in logs]
     try:
         wait_for(lambda: all("ready" in log.read_text() for log in logs), 60, "workers")
         names = {re.search(r"(ctc-\S+@\S+) ready", log.read_text()).group(1) for log in logs}
@@ -227,6 +235,70 @@ def test_two_workers_on_one_machine_each_keep_their_long_submission(broker, tmp_
     finally:
         for worker in workers:
             stop(worker)
+
+
+def test_a_forged_result_on_the_broker_is_refused_and_the_submission_sent_again(
+        broker, tmp_path) -> None:
+    """Someone who reaches the broker reads a queued task and stores results of their own under
+    its id before any worker runs it (one unsigned, in the form of a worker's reply; then, on
+    the task sent again, one with a made-up signature): the coordinator refuses each and sends
+    the submission again, and the grade is the one a real worker's signed result gives."""
+    from grader.grading.distributed import make_app
+
+    expected = class_of(FLOATS, tmp_path / "class", students=1)
+    app = make_app(broker)
+    coordinator = start_coordinator(broker, tmp_path)
+    forged: list[str] = []
+    log = tmp_path / "worker.log"
+    worker = None
+    try:
+        deadline = time.monotonic() + 300
+        while len(forged) < 2 and time.monotonic() < deadline:
+            for raw in app.backend.client.lrange("celery", 0, -1):
+                task = json.loads(raw)["headers"]["id"]
+                if task in forged:
+                    continue
+                fake = ({"notebook": {}, "replies": {}, "lost": {}, "events": [],
+                         "seconds": 1.0, "attempts": 1, "skipped": {}, "worker": "mallory"}
+                        if not forged else
+                        {"body": json.dumps({"error": "x"}), "mac": "0" * 64})
+                app.backend.store_result(task, fake, "SUCCESS")
+                forged.append(task)
+                break
+            time.sleep(0.1)
+        assert len(forged) == 2, "no task to forge a result for"
+        worker = start_worker(broker, log, tmp_path / "course")
+        out, err = coordinator.communicate(timeout=600)
+    finally:
+        if worker is not None:
+            stop(worker)
+        if coordinator.poll() is None:
+            coordinator.kill()
+    assert coordinator.returncode == 0, err
+    assert out.count("is not signed with this course's queue key") == 2, out
+    assert "1 graded, 0 needs_review, 0 invalid of 1" in out, out
+    grader("export", "--course-dir", tmp_path / "course", "--csv", tmp_path / "g.csv")
+    got = read_export(tmp_path / "g.csv")
+    assert {s: float(r["score"]) for (s, _), r in got.items()} == expected
+
+
+def test_a_worker_refuses_a_task_not_signed_with_its_key(tmp_path) -> None:
+    """A task signed with another key (a worker given the wrong --queue-key, or a task put on
+    the queue by someone else) is not run: the worker's reply says so, signed with its own
+    key, which the coordinator in turn refuses."""
+    from types import SimpleNamespace
+
+    from grader.grading.distributed import _run_task, sign
+
+    ours, theirs = bytes(32), bytes(range(32))
+    task = SimpleNamespace(request=SimpleNamespace(id="ctc-x"),
+                           app=SimpleNamespace(conf=SimpleNamespace(ctc_queue_key=ours)))
+    body = json.dumps({"notebook": {}})
+    reply = _run_task(task, body, sign(theirs, "task", "ctc-x", body))
+    assert json.loads(reply["body"])["error"].startswith("refused by a worker")
+    digest = __import__("hashlib").sha256(body.encode()).hexdigest()
+    assert reply["mac"] == sign(ours, "result", "ctc-x", digest, reply["body"])
+    assert reply["mac"] != sign(theirs, "result", "ctc-x", digest, reply["body"])
 
 
 def running_pid(app, key: bytes) -> int | None:
@@ -253,7 +325,7 @@ def test_a_submission_that_keeps_killing_worker_processes_is_given_up(broker, tm
 
     class_of(FLOATS, tmp_path / "class", students=1)
     log = tmp_path / "worker.log"
-    worker = start_worker(broker, log)
+    worker = start_worker(broker, log, tmp_path / "course")
     app = make_app(broker)
     killed: set[int] = set()
     try:

@@ -104,26 +104,33 @@ def moodle_import(text: str, mapped: str, users: dict[str, dict[str, str]],
 
 def moodle_worksheet_import(text: str, participants: dict[str, str],
                             before: dict[str, tuple[float | None, float]], maximum: float,
-                            downloaded_at: float, feedback_columns=("Feedback comments",)):
+                            downloaded_at: float, feedback_columns=("Feedback comments",),
+                            language: dict[str, str] | None = None):
     """Moodle's "Upload grading worksheet" (assignfeedback_offline: importgradeslib.php's
     ``init`` and ``next``, locallib.php's ``process_import_grades``): the columns
     ``Identifier``, ``Grade`` and ``Last modified (grade)`` must all be there, or nothing is
     imported; a row's participant is the number after "Participant "; its grade is skipped
     when blank, equal to Moodle's, out of 0..maximum, or when Moodle's grade changed after the
     worksheet's ``Last modified (grade)`` (which ``downloaded_at`` stands for here); a feedback
-    column present is imported too. ``before``: user -> (grade, modified). Returns (user ->
-    grade after, the feedback columns that would be imported)."""
+    column present is imported too. ``before``: user -> (grade, modified). ``language``: the
+    uploading user's strings, recordid, gradenoun, lastmodifiedgrade and hiddenuser (English
+    by default): the headings are matched exactly, and the identifier loses as many characters
+    as hiddenuser has. Returns (user -> grade after, the feedback columns that would be
+    imported)."""
+    words = language or {"recordid": "Identifier", "gradenoun": "Grade",
+                         "lastmodifiedgrade": "Last modified (grade)",
+                         "hiddenuser": "Participant "}
     rows = list(csv.reader(io.StringIO(text)))
     header = rows[0]
-    for needed in ("Identifier", "Grade", "Last modified (grade)"):
-        assert needed in header, f"invalidgradeimport: no column {needed}"
+    for needed in ("recordid", "gradenoun", "lastmodifiedgrade"):
+        assert words[needed] in header, f"invalidgradeimport: no column {words[needed]}"
     grades = {user: grade for user, (grade, _) in before.items()}
     for row in rows[1:]:
         cells = dict(zip(header, row, strict=False))
-        user = participants.get(cells["Identifier"][len("Participant "):])
+        user = participants.get(cells[words["recordid"]][len(words["hiddenuser"]):])
         if user is None:
             continue
-        value = cells["Grade"].strip()
+        value = cells[words["gradenoun"]].strip()
         current, modified = before.get(user, (None, 0.0))
         if value == "" or (current is not None and float(value) == current) \
                 or not 0 <= float(value) <= maximum or modified > downloaded_at + 60:
@@ -300,7 +307,8 @@ def test_moodle_export_writes_one_identifier_the_roster_gives_and_erases_no_grad
                                                    "01_float_formats"]
     grades = moodle_import(text, "Email address", moodle_people(),
                            {"jean2": {"01_float_formats": 4.0}})
-    assert grades == {"ada": {"01_float_formats": 15.0}, "jean": {"01_float_formats": 6.0},
+    assert grades == {"ada": {"01_float_formats": 100.0},  # scaled to its Maximum Grade
+                      "jean": {"01_float_formats": 40.0},
                       "jean2": {"01_float_formats": 4.0}}  # flagged: not erased
     held = list(csv.DictReader((tmp_path / "moodle-not-exported.csv").open()))
     assert sorted((r["student_id"], r["status"]) for r in held) == [
@@ -396,9 +404,68 @@ def test_moodles_grading_worksheet_comes_back_filled_for_the_assignments_own_upl
     assert "not in the worksheet" in held["5009"]["why"]
     assert any("Upload grading worksheet" in s for s in said)
     (tmp_path / "french.csv").write_text("Identifiant,Nom complet,Note\n")
-    with pytest.raises(CourseError, match="English"):
+    with pytest.raises(CourseError, match="it lacks Maximum Grade, Last modified \\(grade\\)"):
         export(course, tmp_path / "x.csv", "moodle-worksheet", tmp_path / "french.csv",
                lesson="01_float_formats")
+
+
+GERMAN = {"recordid": "ID", "gradenoun": "Bewertung",
+          "lastmodifiedgrade": "Zuletzt geändert (Bewertung)", "hiddenuser": "Teilnehmer/in"}
+
+
+def test_a_german_worksheet_comes_back_filled_under_its_own_headings(tmp_path) -> None:
+    """Downloaded with Moodle in German (its AMOS strings: "Teilnehmer/in5001", "Bestwertung",
+    a locked grade's "Nein"), filled in and written back under the same headings, which
+    Moodle's upload in German matches exactly."""
+    from grader.outputs.export import export
+
+    course, _ = fake_course(tmp_path, [row("5001", "01_float_formats", 12.0, source="moodle"),
+                                       row("5004", "01_float_formats", 15.0, source="moodle")])
+    worksheet = tmp_path / "Bewertungen.csv"
+    worksheet.write_text(
+        "ID,Vollständiger Name,E-Mail-Adresse,Status,Bewertung,Bestwertung,Bewertung kann "
+        "geändert werden,Zuletzt geändert (Abgabe),Zuletzt geändert (Bewertung),Feedback als "
+        "Kommentar\n"
+        "Teilnehmer/in5001,Ada L,ada@uni.fr,Abgegeben,,\"50,00\",Ja,\"Montag, 10. März 2025, "
+        "23:58\",-,\n"
+        "Teilnehmer/in5004,Lo C,lo@uni.fr,Abgegeben,,\"50,00\",Nein,-,-,\n", encoding="utf-8")
+    assert export(course, tmp_path / "filled.csv", "moodle-worksheet", worksheet,
+                  lesson="01_float_formats") == 1
+    text = (tmp_path / "filled.csv").read_text()
+    assert next(csv.reader(io.StringIO(text)))[:6] == [
+        "ID", "Vollständiger Name", "E-Mail-Adresse", "Status", "Bewertung", "Bestwertung"]
+    grades, feedback = moodle_worksheet_import(text, {"5001": "ada", "5004": "lo"}, {},
+                                               maximum=50.0, downloaded_at=0.0,
+                                               feedback_columns=("Feedback als Kommentar",),
+                                               language=GERMAN)
+    assert grades == {"ada": 40.0} and feedback == []  # 12 of 15, scaled to its 50; 5004 locked
+    held = {r["student_id"]: r for r in csv.DictReader(
+        (tmp_path / "filled-not-exported.csv").open())}
+    assert "locks" in held["5004"]["why"]
+
+
+def test_the_gradebook_import_scales_to_the_worksheets_maximum_or_refuses_a_disagreement(
+        tmp_path) -> None:
+    """A worksheet given as roster says what its assignment is out of: a perfect score imports
+    as its Maximum Grade (100), and an assignments file that says otherwise (10) is refused,
+    never silently used (a perfect score would import as 10%)."""
+    from grader.outputs.export import export
+
+    course, _ = fake_course(tmp_path, [row("5001", "01_float_formats", 15.0, source="moodle")])
+    worksheet = tmp_path / "w.csv"
+    worksheet.write_text("Identifier,Full name,Email address,Status,Grade,Maximum Grade\n"
+                         "Participant 5001,Ada,ada@uni.fr,Submitted,,100.00\n")
+    export(course, tmp_path / "m.csv", "moodle", worksheet)
+    grades = moodle_import((tmp_path / "m.csv").read_text(), "Email address", moodle_people(),
+                           {})
+    assert grades == {"ada": {"01_float_formats": 100.0}}
+    assignments = tmp_path / "a.csv"
+    assignments.write_text("lesson,title,id,points\n01_float_formats,Floats,,10\n")
+    with pytest.raises(CourseError, match=r"assignments file says 10 points, the Moodle "
+                                          r"worksheet's Maximum Grade says 100"):
+        export(course, tmp_path / "m2.csv", "moodle", worksheet, assignments)
+    assignments.write_text("lesson,title,id,points\n01_float_formats,Floats,,100\n")
+    export(course, tmp_path / "m3.csv", "moodle", worksheet, assignments)  # they agree
 
 
 def test_anonymous_canvas_ids_are_not_written_as_user_ids(tmp_path) -> None:

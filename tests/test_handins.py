@@ -522,6 +522,18 @@ def classroom(tmp_path_factory, shared_tmp):
     collected = downloads / "nbgrader" / "submitted"
     write(collected / "alice" / LESSON.name / NOTEBOOK, done_nb)
     write(collected / "bob" / LESSON.name / NOTEBOOK, blank)
+    # Canvas's and Moodle's ids are no id a student knows: the course roster maps them to the
+    # ids the students worked under (their logins, their e-mails), as the instructor gives it.
+    (tmp / "gradebook.csv").write_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section\n    Points Possible,,,,\n"
+        "\"Lovelace, Ada\",101,S101,ada,A\n\"Lovelace, Ada\",102,S102,ada2,A\n"
+        "\"Roe, Rick\",103,S103,rick,A\n")
+    (tmp / "worksheet.csv").write_text(
+        "Identifier,Full name,Email address,Status,Grade,Maximum Grade\n"
+        "Participant 5001,Adélaïde Lovelace,ada@uni.fr,Submitted,,50.00\n"
+        "Participant 5002,Jean Dupont,jean@uni.fr,Submitted,,50.00\n", encoding="utf-8")
+    grader("roster", tmp / "gradebook.csv", "--course-dir", course)
+    grader("roster", tmp / "worksheet.csv", "--lesson", LESSON.name, "--course-dir", course)
     runs = {}
     for layout in ("canvas", "moodle", "blackboard", "gradescope", "nbgrader"):
         source = downloads / layout

@@ -1,5 +1,5 @@
 """The error a command ends with when it cannot do its job: a message for the user, no
-traceback (grader/cli.py prints it and exits 2)."""
+traceback (grader/cli/ prints it and exits 2)."""
 
 from __future__ import annotations
 

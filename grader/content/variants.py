@@ -23,26 +23,22 @@ seeds) from the environment variable ``CTC_VARIANTS``; the notebook's variant ce
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import importlib
 import json
-import os
 import random
 import re
-import secrets
-import stat
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.common.errors import CourseError
+from grader.common.keys import KEY_BYTES as KEY_BYTES  # its size, named here too
+from grader.common.keys import key_file
 from grader.content.lessons import Lesson, all_lessons
 
 KEY_FILE = "variants.key"
-KEY_BYTES = 32
 # The kernel's variants: {"student": ID, "course": FINGERPRINT, "draws": {"LESSON/EXERCISE": N}}
 ENV = "CTC_VARIANTS"
 
@@ -51,33 +47,10 @@ def course_key(root: Path, create: bool = False) -> bytes | None:
     """The course's key, read from ``root``/variants.key; made there first with ``create``
     (None without it when there is none yet). A key file that is not a plain file of 32 bytes
     readable by its owner alone is refused: grading with another key would give every student
-    other questions."""
-    path = root / KEY_FILE
-    if create and not path.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        # Written whole under another name, then linked into place: a key is there entire or
-        # not at all (a crash, a full disk), and of two releases at once the first one wins.
-        fd, written = tempfile.mkstemp(prefix=".variants-", dir=root)  # mode 0600
-        try:
-            os.write(fd, secrets.token_bytes(KEY_BYTES))
-            os.fsync(fd)
-            os.close(fd)
-            with contextlib.suppress(FileExistsError):  # another release made it a moment ago
-                os.link(written, path)
-        finally:
-            os.unlink(written)
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(info.st_mode) or info.st_size != KEY_BYTES:
-        raise CourseError(f"{path} is not the course's key (a plain file of {KEY_BYTES} "
-                          "bytes): restore it from a backup of the course directory; a new key "
-                          "would give every student other variants")
-    if info.st_mode & 0o077:
-        raise CourseError(f"{path} may be read by others than its owner, and with it anyone "
-                          f"can tell every student's variant: run  chmod 600 {path}")
-    return path.read_bytes()
+    other questions. (grader/gradebook/coursestate.py checks it against the gradebook's.)"""
+    return key_file(root / KEY_FILE, create, "the course's key",
+                    "restore it from a backup of the course directory; a new key would give "
+                    "every student other variants")
 
 
 def _number(key: bytes, lesson: str, exercise: str, student_id: str) -> int:
@@ -131,6 +104,7 @@ class Draw:
     variants: dict[str, int] = field(default_factory=dict)
     seeds: dict[str, int] = field(default_factory=dict)
     course: str = ""  # the fingerprint of the key it was drawn with
+    group: tuple[str, ...] = ()  # a group hand-in: every member's course id (``student`` one)
 
     def environment(self) -> dict[str, str]:
         """What the grading kernel is started with: the variants, not the seeds."""

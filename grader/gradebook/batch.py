@@ -14,6 +14,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC
 from pathlib import Path
 
@@ -31,12 +32,13 @@ from grader.common.faults import (
 from grader.common.files import remove_tree
 from grader.common.text import display_name, inert, valid_student_id
 from grader.content.lessons import Lesson
-from grader.content.variants import course_key, lesson_draw
+from grader.content.variants import Draw, lesson_draw, variants_of
 from grader.gradebook import deadlines as deadlines_mod
 from grader.gradebook import ledger
 from grader.gradebook import store as storage
 from grader.gradebook import times as stored_times
 from grader.gradebook.grades import _iso
+from grader.gradebook.identity import draw_student, identify_handins
 from grader.grading.autograde import Graded, grade_submission
 from grader.grading.limits import Limits
 from grader.grading.probe import exercises
@@ -74,6 +76,8 @@ def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
               "change or delete your files", file=sys.stderr)
     if not course.is_released(lesson):
         course.release(lesson)
+    key = course.key()  # checked against the gradebook's; None: everyone's numbers the defaults
+    varies = key is not None and bool(variants_of(lesson))
     trial = Cgroup.create(Limits()) if use_sandbox else None
     if trial is not None:
         trial.remove()
@@ -111,22 +115,24 @@ def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
                 course.log(f"note: the submission times could not be stored "
                            f"({type(error).__name__}: {inert(str(error), 200)}); no late "
                            "penalty can be computed for this batch")
+        before = course.statuses(lesson.name).get(lesson.name, {}) if keep_handins else {}
+        kept = {h.student_id: before.get(h.student_id, {}).get("handin") or {} for h in handins}
+        identify_handins(course, lesson, layout, handins, kept, varies)
         course.handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
-        if keep_handins:  # and what the download said of it, its flags included
-            before = course.statuses(lesson.name).get(lesson.name, {})
-            for handin in handins:
-                kept = before.get(handin.student_id, {}).get("handin")
-                if kept:
-                    course.handins[lesson.name][handin.student_id] = kept
-                    handin.reasons[:0] = [r for r in kept.get("reasons") or []
-                                          if isinstance(r, str) and r not in handin.reasons]
+        for handin in handins:  # a regrade: what the download said of it, its flags included
+            if kept[handin.student_id]:
+                course.handins[lesson.name][handin.student_id] = {
+                    **kept[handin.student_id], "course_id": handin.course_id,
+                    "group": handin.group}
+                handin.reasons[:0] = [r for r in kept[handin.student_id].get("reasons") or []
+                                      if isinstance(r, str) and r not in handin.reasons]
         progress = Progress(len(handins), course.log, course.handins[lesson.name])
         stored = read_stored(course, lesson) if resume else {}
         review = (discard_overrides, by)
         course.skipped = []
         try:
             grade_batch(course, lesson, handins, stored, review, progress, statuses, limits,
-                        partial, use_sandbox, broker, jobs)
+                        partial, use_sandbox, broker, jobs, key)
         finally:
             progress.finish()
             course.record_statuses(lesson, statuses)
@@ -146,7 +152,8 @@ def read_stored(course, lesson: Lesson) -> dict[str, dict]:
 def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str, dict],
                  review: tuple[bool, str | None], progress: Progress,
                  statuses: dict[str, dict[str, str]], limits: Limits, partial: bool,
-                 use_sandbox: bool, broker: str | None, jobs: int) -> None:
+                 use_sandbox: bool, broker: str | None, jobs: int,
+                 key: bytes | None = None) -> None:
     """Receive, grade and store each hand-in, ``jobs`` at once. Each submission is stored
     as one unit as soon as it is graded. A fault of the grader's own infrastructure (the
     database, the broker, the disk: grader/common/faults.py) stops the batch early: what is
@@ -154,36 +161,36 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str,
     pending = []
     for handin in handins:
         check_space([course.root, Path(tempfile.gettempdir())])
-        early = receive(course, lesson, handin)
+        early = receive(course, lesson, handin, key)
         if isinstance(early, Graded):
             statuses[early.student_id] = progress.done(
                 storage.store_submission(course, lesson, early, review)).outcome()
-        elif stored.get(handin.student_id, {}).get("notebook_sha256") == early[3]:
+        elif _graded_already(stored.get(handin.student_id, {}), early[3], early[4]):
             progress.skip(handin.student_id)  # the same notebook is stored whole already
             course.skipped.append(handin.student_id)
         else:
             pending.append(early)
+    drawn_for = {item[0]: item[4].student for item in pending}
 
     def store(graded: Graded, digest: str) -> None:
         graded.notebook_sha256 = digest
+        graded.drawn_for = drawn_for.get(graded.student_id)
         with course.gradebook_lock:
             storage.store_submission(course, lesson, graded, review)
         statuses[graded.student_id] = progress.done(graded).outcome()
 
     if broker is not None:
         grade_on_workers(course, lesson, pending, limits, partial, use_sandbox, broker, store,
-                         jobs)
+                         jobs, key)
         return
-    key = course_key(course.root)  # each student's own numbers (none: the defaults)
 
-    def work(item: tuple[str, Path, list[str], str]) -> tuple[Graded, str]:
-        student_id, notebook, notes, digest = item
+    def work(item: tuple[str, Path, list[str], str, Draw]) -> tuple[Graded, str]:
+        student_id, notebook, notes, digest, drawn = item
         check_space([course.root, Path(tempfile.gettempdir())])
         try:
             graded = grade_submission(notebook, "; ".join(notes), lesson, student_id,
                                       course.db_url, limits, use_sandbox,
-                                      course.gradebook_lock, partial,
-                                      lesson_draw(key, lesson, student_id))
+                                      course.gradebook_lock, partial, drawn)
         except Unavailable:
             raise
         except Exception as error:  # a bug of ours must not stop the batch
@@ -217,10 +224,18 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str,
         raise stop
 
 
-def receive(course, lesson: Lesson, handin: Handin,
-             ) -> Graded | tuple[str, Path, list[str], str]:
-    """Copy a student's notebook (and nothing else) in; what cannot be graded, say why."""
-    name, reasons = handin.student_id, handin.reasons
+def _graded_already(stored: dict, digest: str, drawn: Draw) -> bool:
+    """Whether the stored grade is of this very notebook, judged on the same student's numbers
+    (a roster or key given since changes whose they are)."""
+    return stored.get("notebook_sha256") == digest and stored.get(
+        "drawn_for", drawn.student) == drawn.student
+
+
+def receive(course, lesson: Lesson, handin: Handin, key: bytes | None = None,
+            ) -> Graded | tuple[str, Path, list[str], str, Draw]:
+    """Copy a student's notebook (and nothing else) in, with the draw it is graded on; what
+    cannot be graded, say why."""
+    name, reasons = handin.student_id, [*handin.reasons, *handin.identity]
     if not valid_student_id(name):
         what = "the folder's name" if course.handins.get(lesson.name, {}).get(
             name, {}).get("from") in ("folders", "nbgrader", None) else "the LMS's id"
@@ -241,6 +256,10 @@ def receive(course, lesson: Lesson, handin: Handin,
 
             copy_exchange_files(handin.notebook.parent, target)  # feedback's secret
         digest = hashlib.sha256(copy.read_bytes()).hexdigest()
+        record = course.handins.get(lesson.name, {}).get(name, {})
+        drawn = lesson_draw(key, lesson, draw_student(record, name, copy))
+        if len(record.get("group") or []) > 1:
+            drawn = replace(drawn, group=tuple(record["group"]))
     except OSError as error:
         if is_disk_error(error):  # our disk, not the student's file
             raise Unavailable(f"the disk holding {course.root} cannot be written",
@@ -248,25 +267,26 @@ def receive(course, lesson: Lesson, handin: Handin,
         return Graded(name, "invalid", [f"the submission could not be read "
                                         f"({error.strerror or type(error).__name__})",
                                         *reasons])
-    return name, copy, list(reasons), digest
+    return name, copy, list(reasons), digest, drawn
 
 
 def grade_on_workers(course, lesson: Lesson, pending: list, limits: Limits, partial: bool,
                       use_sandbox: bool, broker: str,
-                      store: Callable[[Graded, str], None], jobs: int) -> None:
+                      store: Callable[[Graded, str], None], jobs: int,
+                      key: bytes | None) -> None:
     """Prepare each submission here, run it on the queue's workers, judge it here (``jobs``
     at once: judging may run kernels here, for exercises judged again)."""
     from grader.grading.autograde import prepare_submission
-    from grader.grading.distributed import grade_on_workers, make_app
+    from grader.grading.distributed import QUEUE_KEY, grade_on_workers, make_app, queue_key
 
+    signing = queue_key(course.queue_key or course.root / QUEUE_KEY,
+                        create=course.queue_key is None)
     app = make_app(broker, visibility_timeout=limits.notebook_seconds + 600)
     digests, prepared = {}, []
-    key = course_key(course.root)
-    for student_id, notebook, notes, digest in pending:
+    for student_id, notebook, notes, digest, drawn in pending:
         try:
             ready = prepare_submission(notebook, "; ".join(notes), lesson, student_id,
-                                       course.db_url, course.gradebook_lock,
-                                       lesson_draw(key, lesson, student_id))
+                                       course.db_url, course.gradebook_lock, drawn)
         except Unavailable:
             raise
         except Exception as error:  # one notebook must not stop the class
@@ -279,7 +299,7 @@ def grade_on_workers(course, lesson: Lesson, pending: list, limits: Limits, part
             prepared.append(ready)
     grade_on_workers(app, lesson, prepared, limits, partial, use_sandbox,
                      lambda graded: store(graded, digests.get(graded.student_id, "")),
-                     course.log, judges=jobs)
+                     course.log, judges=jobs, key=signing)
 
 
 def store_times(course, lesson: Lesson, layout: str, handins: list[Handin],

@@ -38,7 +38,7 @@ from grader.common.errors import CourseError
 from grader.common.text import tail
 from grader.content.lessons import COURSE_ID, REPO, Lesson
 from grader.content.variants import KEY_FILE as KEY_NAME
-from grader.content.variants import course_key, variants_of
+from grader.content.variants import variants_of
 from grader.gradebook import deadlines as deadlines_mod
 from grader.gradebook import ledger
 
@@ -88,17 +88,21 @@ class CourseDir:
     log: Callable[[str], None] = print
     database: str | None = None  # a SQLAlchemy URL; None: gradebook.db in the course directory
     deadlines_file: Path | None = None  # None: deadlines.toml in the course directory
+    write_config: bool = True  # False: read as another user (the hub), nothing written
 
     def __post_init__(self) -> None:
         self.handins: dict[str, dict[str, dict]] = {}  # lesson -> student -> Handin.record
+        self.queue_key: Path | None = None  # autograde --queue-key; None: <root>/queue.key
         self.gradebook_lock = threading.Lock()  # one reader or writer of the gradebook at once
         self.root = self.root.resolve()
         if self.root.exists() and not self.root.is_dir():
             raise CourseError(f"course directory {self.root} exists and is not a folder")
-        # Solutions, hidden checks, the gradebook and students' work: for this user alone.
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.deadlines_file = (self.deadlines_file.resolve() if self.deadlines_file
                                else self.root / "deadlines.toml")
+        if not self.write_config:
+            return
+        # Solutions, hidden checks, the gradebook and students' work: for this user alone.
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         (self.root / "nbgrader_config.py").write_text(CONFIG_TEMPLATE.format(
             root=str(self.root), course_id=COURSE_ID, db_url=self.db_url,
             deadlines=str(self.deadlines_file), source=str(self.root / "source"),
@@ -131,7 +135,13 @@ class CourseDir:
                 return False
         return True
 
-    def release(self, lesson: Lesson) -> Path:
+    def key(self, create: bool = False, new: bool = False) -> bytes | None:
+        """The course's key, checked against the gradebook (grader/gradebook/coursestate.py)."""
+        from grader.gradebook.coursestate import checked_key
+
+        return checked_key(self, create=create, new=new)
+
+    def release(self, lesson: Lesson, new_key: bool = False) -> Path:
         """Write the student version of ``lesson`` to ``release/LESSON`` and register it."""
         from grader.content.sync import sync_lesson  # loads torch: only the commands that release
 
@@ -139,8 +149,9 @@ class CourseDir:
         if drift:
             raise CourseError(f"{lesson.name} is out of step: {drift[0]}; "
                               "run `python -m grader sync` first")
-        if variants_of(lesson):  # each student's own numbers: the course's key, made once
-            course_key(self.root, create=True)
+        varies = bool(variants_of(lesson))
+        if varies or new_key:  # each student's own numbers: the course's key, made once
+            self.key(create=True, new=new_key)
         source = self.root / "source" / lesson.name
         if source.exists():
             shutil.rmtree(source)
@@ -151,6 +162,8 @@ class CourseDir:
             raise CourseError(f"nbgrader generate_assignment {lesson.name} failed:\n"
                               + tail(done.stderr + done.stdout))
         release = self.root / "release" / lesson.name
+        if varies:  # the gradebook exists now: its key's fingerprint is recorded with it
+            self.key(create=True)
         self.log(f"released {lesson.name}: student version in {release}")
         return release
 
@@ -229,10 +242,15 @@ def student_codes(course: CourseDir, students: list[str]) -> list[tuple[str, str
     from grader.common.text import valid_student_id
     from grader.content.variants import student_code
 
-    key = course_key(course.root)
+    key = course.key()
     if key is None:
-        raise CourseError(f"{course.root} has no key yet ({KEY_NAME}): release a lesson first "
-                          "(python -m grader release)")
+        raise CourseError(f"{course.root} has no key ({KEY_NAME}): release a lesson first "
+                          "(python -m grader release); a course released before keys existed "
+                          "has none until  python -m grader release --new-key")
+    if not students:
+        from grader.gradebook.identity import course_ids
+
+        students = course_ids(course)
     if not students and course.has_gradebook():
         with course.gradebook() as gb:
             students = sorted(student.id for student in gb.students)

@@ -67,3 +67,22 @@ def for_gradebook(path: Path | None, db_url: str, required: bool = False) -> Dea
     if found is not None:
         found.resolve(people(db_url))
     return found
+
+
+def not_yet_due(deadlines: Deadlines | None, lesson: str, now: float) -> list[str]:
+    """Whose ``lesson`` is not yet due at ``now`` (seconds since the epoch): everyone before the
+    due date, then each student with an extension still running (as the file names them,
+    handed in or not). A feedback page gives its student's answers, and a classmate who drew
+    the same numbers could still use them. Nothing where the lesson has no due date."""
+    from datetime import UTC, datetime
+
+    if deadlines is None or lesson not in deadlines.due:
+        return []
+    at = datetime.fromtimestamp(now, UTC)
+    found = []
+    if at < deadlines.due[lesson]:
+        found.append(f"everyone (due {deadlines.due[lesson].isoformat(timespec='minutes')})")
+    for _, student, ext_lesson, when in deadlines.requested:
+        if ext_lesson == lesson and at < when:
+            found.append(f"{inert(student, 80)} (extended to {when.isoformat(timespec='minutes')})")
+    return found

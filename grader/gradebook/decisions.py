@@ -72,6 +72,14 @@ class State:
     def resolved(self) -> bool:
         return any(d.action in RESOLVING for d in self.in_force)
 
+    def resolved_for(self, notebook_sha256: str) -> bool:
+        """Whether a decision in force settles the flags of the notebook graded now: one made
+        on that notebook (or on one the log did not name). A decision on an earlier hand-in
+        settles nothing of a later, different one (a copy handed in after an accept)."""
+        return any(d.action in RESOLVING and (not d.notebook_sha256 or not notebook_sha256
+                                              or d.notebook_sha256 == notebook_sha256)
+                   for d in self.in_force)
+
     def summary(self) -> str:
         """What the export's ``review`` column says: the decisions in force, briefly."""
         parts = []

@@ -39,6 +39,7 @@ def grades(course) -> list[dict[str, object]]:
                 rows.append({
                     "student_id": submission.student.id,
                     "lesson": assignment.name,
+                    "notebook_sha256": status.get("notebook_sha256", ""),
                     "score": score,
                     "max_score": max_score,
                     "status": status.get("status", "graded"),
@@ -53,6 +54,7 @@ def grades(course) -> list[dict[str, object]]:
         for student, status in sorted(students.items()):
             if (student, lesson) not in known and lesson in max_scores:
                 rows.append({"student_id": student, "lesson": lesson, "score": 0.0,
+                             "notebook_sha256": status.get("notebook_sha256", ""),
                              "max_score": max_scores[lesson],
                              "status": status.get("status", "invalid"),
                              "reason": status.get("reason", ""), **_handin_fields(status),
@@ -68,8 +70,12 @@ def grades(course) -> list[dict[str, object]]:
             if state.total is not None:
                 row["score"] = min(max(float(state.total.points or 0.0), 0.0),
                                    float(row["max_score"]))
-            if state.resolved and row["status"] != "graded":
+            if state.resolved_for(row.get("notebook_sha256", "")) and row["status"] != "graded":
                 row["status"] = "graded"
+            elif state.resolved and row["status"] != "graded":
+                row["reason"] = "; ".join(x for x in (
+                    str(row["reason"]), "the review decision was made on an earlier notebook "
+                    "than this one: look at this one") if x)
     apply_deadlines(course, rows)
     return rows
 

@@ -1,7 +1,8 @@
 """What nbgrader's gradebook does not hold: each submission's status, reason and details, and
 the instructor's review decisions.
 
-Two tables, ``ctc_grading_status`` and ``ctc_review_log``, in the same database as the
+Its tables, ``ctc_grading_status`` and ``ctc_review_log`` (and the course's roster and state,
+``ctc_roster`` and ``ctc_course_state``), in the same database as the
 gradebook (SQLite in the course directory by default, PostgreSQL where several graders share
 one), so that everything a grade needs lives where the grades live and several graders can
 write at once. ``ctc_grading_status`` has a row per lesson and student; writing one replaces it.
@@ -59,6 +60,26 @@ REVIEW_LOG = Table(
     Column("by", String(128), nullable=False),
     Column("at", Float, nullable=False),  # seconds since the epoch (UTC)
     Column("notebook_sha256", String(64), nullable=False, default=""),
+)
+
+# The course roster (grader/gradebook/identity.py): every id that stands for a student, each
+# mapped to the student's course id; a row per (kind, value).
+ROSTER = Table(
+    "ctc_roster", METADATA,
+    Column("kind", String(80), primary_key=True),  # canvas, moodle:LESSON, email, ...
+    Column("value", String(200), primary_key=True),
+    Column("course_id", String(128), nullable=False, index=True),
+    Column("name", Text, nullable=False, default=""),
+    Column("email", Text, nullable=False, default=""),
+    Column("source", Text, nullable=False, default=""),  # the file and line it came from
+    Column("added_at", Float, nullable=False, default=0.0),
+)
+# What a whole course keeps beside its grades: the fingerprint of its key (variants.key).
+COURSE_STATE = Table(
+    "ctc_course_state", METADATA,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("at", Float, nullable=False, default=0.0),
 )
 
 

@@ -226,6 +226,8 @@ def show(course, lesson: Lesson, student_id: str, history: bool = True) -> None:
                          f" {_num(result['computed']):>9}  {passed}{mark}")
             if ran.get("told"):  # a graded prediction: the student's numbers and answer
                 lines.append(f"    {inert(ran['told'], 500)}")
+            if ran.get("worked"):  # worked on other numbers: theirs, and the number's band
+                lines.append(f"    {inert(ran['worked'], 500)}")
             lines += _failed_checks(ran)
         lines += late_lines(row, "  ")
     shown = state.history if history else state.in_force
@@ -254,6 +256,7 @@ def flagged(course, lesson: Lesson) -> None:
         raise CourseError(f"no grades for {lesson.name} yet: run `python -m grader autograde "
                           f"{lesson.name} SUBMISSIONS` first")
     found = states(course.db_url, lesson.name)
+    records = course.statuses(lesson.name).get(lesson.name, {})
     listed = [r for r in rows if r["computed_status"] != "graded"
               or (lesson.name, r["student_id"]) in found]
     open_ = [r for r in listed if r["computed_status"] != "graded" and r["status"] != "graded"]
@@ -268,6 +271,8 @@ def flagged(course, lesson: Lesson) -> None:
                      f"{_num(row['score']):>5} of {_num(row['max_score'])}  [{decided}]")
         if row.get("reason"):
             lines.append(f"      why: {inert(row['reason'], 1000)}")
+        lines += [f"      {name}: {inert(ran['worked'], 500)}" for name, ran in records.get(
+            str(row["student_id"]), {}).get("exercises", {}).items() if ran.get("worked")]
         lines += late_lines(row, "      ")
         lines += [f"      {d.line()}" for d in state.in_force]
     lines += ["", f"decide: python -m grader review {lesson.name} STUDENT --accept "
@@ -295,12 +300,18 @@ def late_lines(row: dict | None, indent: str) -> list[str]:
     return []
 
 
-def accept_all(course, lesson: Lesson, reason: str, note: str | None, by: str | None) -> int:
+def accept_all(course, lesson: Lesson, reasons: list[str] | str, note: str | None,
+               by: str | None) -> int:
     """Accept the computed score of every open ``needs_review`` flag of ``lesson`` whose every
-    reason contains ``reason`` (case aside): the expected flags of a batch, such as a notebook
-    the browser saved as ``float_formats (1).ipynb``. A flag with another reason besides stays
-    open, and so does an ``invalid`` one (it has no score to accept). Returns how many."""
-    wanted = " ".join(reason.split()).casefold()
+    reason contains one of ``reasons`` (case aside): the expected flags of a batch, such as a
+    notebook the browser saved as ``float_formats (1).ipynb``, or predictions worked on the
+    default numbers (a student with several such reasons is accepted when each is one of
+    them). A flag with another reason besides stays open, and so does an ``invalid`` one (it
+    has no score to accept). Returns how many."""
+    if isinstance(reasons, str):
+        reasons = [reasons]
+    wanted = [" ".join(r.split()).casefold() for r in reasons]
+    reason = " | ".join(reasons)
     note = inert((note or "").strip(), MAX_NOTE_CHARS * 2)
     if len(note) > MAX_NOTE_CHARS:
         raise CourseError(f"--note is {len(note)} characters long: at most {MAX_NOTE_CHARS}")
@@ -310,7 +321,8 @@ def accept_all(course, lesson: Lesson, reason: str, note: str | None, by: str | 
     accepted, mixed = [], []
     for row in sorted(rows, key=lambda r: str(r["student_id"])):
         parts = [p for p in str(row.get("reason", "")).split("; ") if p.strip()]
-        matching = [p for p in parts if wanted in " ".join(p.split()).casefold()]
+        matching = [p for p in parts if any(w in " ".join(p.split()).casefold()
+                                            for w in wanted)]
         if not matching:
             continue
         if len(matching) < len(parts) or row["computed_status"] != "needs_review":
@@ -379,15 +391,17 @@ def command(course, lesson: Lesson, args) -> int:
     decision = bool(args.accept or args.set or args.total is not None or args.clear
                     or args.clear_total or args.note is not None)
     regrade_only = (args.discard_overrides, args.no_sandbox, args.partial_credit)
-    if args.accept_all or args.reason is not None:
-        if args.student is not None or not args.accept_all or not (args.reason or "").strip() \
+    if args.accept_all or args.reason:
+        if args.student is not None or not args.accept_all \
+                or not all(r.strip() for r in args.reason or [""]) \
                 or args.accept or args.set or args.total is not None or args.clear \
                 or args.clear_total or args.regrade or any(regrade_only):
             raise CourseError("--accept-all goes with --reason TEXT (the reason every flag it "
-                              "accepts is for) and at most --note and --by, for the whole "
+                              "accepts is for; repeat it for several) and at most --note and "
+                              "--by, for the whole "
                               f"lesson: python -m grader review {lesson.name} --accept-all "
                               "--reason \"in place of\"")
-        accept_all(course, lesson, args.reason, args.note, args.by)
+        accept_all(course, lesson, [r.strip() for r in args.reason], args.note, args.by)
         return 0
     if args.student is None:
         if decision or args.regrade or any(regrade_only):

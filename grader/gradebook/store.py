@@ -139,11 +139,14 @@ def ledger_row(course, lesson: Lesson, graded: Graded) -> dict:
                                "failures": v.visible_failures[:10],
                                "hidden_failed": v.hidden_failed,
                                "hidden_failures": v.hidden_failures[:10],
-                               "first_run": v.first_run[:10], "told": v.told}
+                               "first_run": v.first_run[:10], "told": v.told,
+                               **({"worked": v.worked} if v.worked else {})}
                       for v in graded.verdicts}}
     handin = course.handins.get(lesson.name, {}).get(graded.student_id)
     if handin:
         details["handin"] = handin
+    if graded.drawn_for is not None:
+        details["drawn_for"] = graded.drawn_for
     return {"student_id": graded.student_id, "status": graded.status,
             "reason": graded.reason, "notebook_sha256": graded.notebook_sha256,
             "details": details}

@@ -71,6 +71,7 @@ class Graded:
     seconds: float = 0.0
     flags: list[str] = field(default_factory=list)
     notebook_sha256: str = ""  # of the notebook as handed in: a regrade of the same one is skipped
+    drawn_for: str | None = None  # whose numbers it was graded on (a course id), where they vary
 
     @property
     def reason(self) -> str:
@@ -269,6 +270,7 @@ class Prepared:
     flags: list[str]
     draw: Draw | None = None
     drawn: list[str] = field(default_factory=list)  # its numbers were not its student's: why
+    worked: dict[str, tuple[str | None, int]] = field(default_factory=dict)  # whose numbers
     plan: tuple[Exercise, ...] = ()  # the exercises as this student is graded on them
 
     def env(self) -> dict[str, str]:
@@ -294,6 +296,46 @@ def recorded_variants(nb: NotebookNode) -> list[tuple[str, str | None, int, str]
     return found[:50]
 
 
+def worked_on(nb: NotebookNode, lesson: Lesson, draw: Draw | None,
+              ) -> dict[str, tuple[str | None, int]]:
+    """Exercise -> (whose, variant) of the numbers a handed-in notebook records it was worked
+    on, where they are not its student's (the first such record)."""
+    found: dict[str, tuple[str | None, int]] = {}
+    if draw is None or draw.student is None:
+        return found
+    for exercise, student, index, _ in recorded_variants(nb):
+        name = exercise.removeprefix(f"{lesson.name}/")
+        if name in draw.variants and index != draw.variants[name]:
+            found.setdefault(name, (student, index))
+    return found
+
+
+def worked_note(lesson: Lesson, exercise: str, whose: tuple[str | None, int],
+                verdict: Verdict) -> str:
+    """For review: the answer of the numbers a notebook was worked on, and whether the
+    student's number was in that answer's band (as the graded check counts it)."""
+    from grader.content.notebook_checks import _same_float, readable
+    from grader.content.variants import variants_of
+    from grader.grading.plans import variant_answer
+
+    student, index = whose
+    spec = variants_of(lesson).get(exercise)
+    try:
+        answer = float(variant_answer(lesson, exercise, index))
+    except Exception:  # a variant this version of the lesson no longer has
+        return ""
+    check = next((c for e in plan_for(lesson, None) if e.name == exercise
+                  for c in e.checks if c.rel_tol), None)
+    numbers = spec.said(index) if spec and index < len(spec.choices) else f"variant {index}"
+    text = (f"worked on the numbers of {inert(student, 60)!r}" if student else
+            "worked on the default numbers") + f" ({numbers}), whose answer is {readable(answer)}"
+    if verdict.answered is None or check is None:
+        return text + "; no number of the student's was read"
+    inside = _same_float(verdict.answered, answer, check.rel_tol, 0.0)
+    return text + (f"; the student's number, {readable(verdict.answered)}, is "
+                   + ("inside" if inside else "outside") + " that answer's band")
+
+
 def drawn_elsewhere(nb: NotebookNode, lesson: Lesson, draw: Draw | None) -> list[str]:
     """Why a handed-in notebook was worked for other numbers than its student's: drawn for
     another id, on the default numbers (no id), with another course's key, or for this id as
@@ -308,7 +350,11 @@ def drawn_elsewhere(nb: NotebookNode, lesson: Lesson, draw: Draw | None) -> list
         name = exercise.removeprefix(f"{lesson.name}/")
         if name not in draw.variants:
             continue
-        if student is not None and student != draw.student:  # a copy, whatever its numbers
+        if student is not None and student != draw.student and student in draw.group:
+            if index == draw.variants[name]:
+                continue  # a partner who drew the same numbers
+            kind = "group member"
+        elif student is not None and student != draw.student:  # a copy, whatever its numbers
             kind = "other id"
         elif index == draw.variants[name]:
             continue  # the student's own numbers
@@ -325,6 +371,10 @@ def drawn_elsewhere(nb: NotebookNode, lesson: Lesson, draw: Draw | None) -> list
             ids = list(dict.fromkeys(kinds["other id"]))
             more = f" (and {len(ids) - 1} more)" if len(ids) > 1 else ""
             why = f"drawn for another student id, {inert(ids[0], limit=60)!r}{more}"
+        elif "group member" in kinds:
+            why = (f"worked on the numbers of group member {inert(kinds['group member'][0], 60)!r}"
+                   f", not of {inert(draw.student, 60)!r}, whose numbers the group's notebook "
+                   "records most")
         elif "default" in kinds:
             why = "worked on the course's default numbers (no student id set in the lab)"
         elif "other key" in kinds:
@@ -362,12 +412,17 @@ def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_i
         return Graded(student_id, "invalid", [f"the notebook could not be prepared for "
                                               f"grading ({type(error).__name__}: {error})"[:300]])
     return Prepared(student_id, cleaned, reasons + notes, scan(submitted, source), draw,
-                    drawn_elsewhere(submitted, lesson, draw), plan_for(lesson, draw))
+                    drawn=drawn_elsewhere(submitted, lesson, draw),
+                    plan=plan_for(lesson, draw), worked=worked_on(submitted, lesson, draw))
 
 
 def finish(prepared: Prepared, run: Run, lesson: Lesson) -> Graded:
     """The graded submission from its run: verdicts under the test cells, status and reasons."""
     verdicts = [run.verdicts[exercise.name] for exercise in prepared.plan]
+    for verdict in verdicts:
+        if verdict.name in prepared.worked:
+            verdict.worked = worked_note(lesson, verdict.name, prepared.worked[verdict.name],
+                                         verdict)
     annotate(run.notebook, verdicts, run.events)
     reasons = prepared.reasons + run.events
     reasons += [f"code reaches for {what}" for what in prepared.flags]

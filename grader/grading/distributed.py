@@ -9,6 +9,14 @@ submission with nbgrader, sends it, judges the replies against values it compute
 writes the gradebook. What must be shared is the broker (Redis) and, where several coordinators
 grade one course, the database; nothing else.
 
+Every message is signed with the queue's key (``queue.key``: 32 random bytes that the
+coordinator makes in its course directory and each worker is given with ``--queue-key``;
+HMAC-SHA256): a worker runs only a task the coordinator signed, and the coordinator accepts only
+a result signed for the very task and payload it sent. Anyone who reaches the broker can read
+what is queued (keep it behind a password, on a network students cannot reach:
+docs/many-machines.md), but cannot make the coordinator judge a result of their own: a forged
+or unsigned result is refused and the submission sent again.
+
 Delivery is at least once, grades exactly once: a task is acknowledged only when it is done, so
 the broker hands it out again if its worker dies; the coordinator notices a task that no live
 worker holds and no queue lists, sends the submission again at once, stores the first result
@@ -20,10 +28,13 @@ for the same notebook (by its hash).
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import queue
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +46,7 @@ from pathlib import Path
 
 from celery import Celery
 
+from grader.common.errors import CourseError
 from grader.common.faults import WAIT_SECONDS, Unavailable, describe, is_broker_error
 from grader.common.text import text_safe
 from grader.content.lessons import Lesson
@@ -48,6 +60,29 @@ MAX_ATTEMPTS = 3  # workers a submission may stop before it is given up as needs
 LOOK_SECONDS = 2.0
 MISSED_LOOKS = 3  # a task neither queued nor held by a live worker this often in a row is lost
 TASK = "counting_the_cost.run_submission"
+
+
+QUEUE_KEY = "queue.key"
+
+
+def queue_key(path: Path, create: bool = False) -> bytes:
+    """The queue's key in ``path`` (made there first with ``create``: the coordinator's), or a
+    clear error where there is none."""
+    from grader.common.keys import key_file
+
+    key = key_file(path, create, "the queue's key",
+                   "copy the coordinator's queue.key (in its course directory) again")
+    if key is None:
+        raise CourseError(f"no queue key at {path}: give each worker the coordinator's "
+                          f"{QUEUE_KEY} (in its course directory, made by the first autograde "
+                          "--broker) with --queue-key FILE (docs/many-machines.md)")
+    return key
+
+
+def sign(key: bytes, kind: str, task: str, *parts: str) -> str:
+    """HMAC-SHA256 of a message of ``kind`` (task, result) for ``task``, over ``parts``."""
+    message = "\0".join((kind, task, *parts)).encode("utf-8", "surrogatepass")
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 def make_app(broker: str, visibility_timeout: int = 3600) -> Celery:
@@ -67,9 +102,25 @@ def make_app(broker: str, visibility_timeout: int = 3600) -> Celery:
     return app
 
 
-def _run_task(task, payload: dict) -> dict:
-    """On a worker: run one submission in the sandbox, keep every probe's replies. A task
-    handed out again after it stopped this worker's process too often is given up."""
+def _run_task(task, body: str, mac: str) -> dict:
+    """On a worker: check the task's signature, run the submission in the sandbox, and send
+    back every probe's replies, signed for this task and payload."""
+    key = task.app.conf.ctc_queue_key
+    if not hmac.compare_digest(sign(key, "task", task.request.id, body), str(mac)):
+        print(f"refused task {task.request.id}: it is not signed with this worker's queue key "
+              "(is this worker's --queue-key the coordinator's queue.key?)", file=sys.stderr)
+        result = {"error": "refused by a worker: not signed with its queue key",
+                  "worker": socket.gethostname()}
+    else:
+        result = _run_payload(task, json.loads(body))
+    text = json.dumps(result, sort_keys=True)
+    digest = hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+    return {"body": text, "mac": sign(key, "result", task.request.id, digest, text)}
+
+
+def _run_payload(task, payload: dict) -> dict:
+    """Run one submission in the sandbox, keep every probe's replies. A task handed out again
+    after it stopped this worker's process too often is given up."""
     from nbformat import from_dict
 
     counter = f"ctc:deliveries:{task.request.id}"
@@ -104,9 +155,10 @@ def _run_task(task, payload: dict) -> dict:
             "worker": socket.gethostname()}
 
 
-def worker(broker: str, concurrency: int, visibility_timeout: int) -> int:
+def worker(broker: str, concurrency: int, visibility_timeout: int, key_path: Path) -> int:
     """Run a worker until it is stopped (Ctrl-C, SIGTERM)."""
     app = make_app(broker, visibility_timeout)
+    app.conf.ctc_queue_key = queue_key(key_path)
     # A name of its own per worker, also beside others on one machine: the coordinator's look
     # at what the workers hold keeps one answer per name, and would lose the others' tasks.
     app.worker_main(["worker", "--loglevel=INFO", f"--concurrency={concurrency}",
@@ -120,21 +172,22 @@ def worker(broker: str, concurrency: int, visibility_timeout: int) -> int:
 
 @dataclass
 class Sent:
-    """A submission on the queue: what was sent, under which task, how often."""
+    """A submission on the queue: what was sent (the payload's JSON text), under which task,
+    how often."""
 
     prepared: Prepared
-    payload: dict
+    payload: str
     attempt: int = 1
     task_id: str = ""
     lost_tasks: list[str] = field(default_factory=list)
     sent_at: float = 0.0  # time.monotonic() when last sent
 
 
-def payload_for(prepared: Prepared, lesson: Lesson, limits: Limits) -> dict:
-    """What a worker needs: the sanitized notebook, the check expressions, the lesson's data
-    files, the limits and the kernel's variables (the student's variants). No expected value,
-    no reference code, no course key."""
-    return {
+def payload_for(prepared: Prepared, lesson: Lesson, limits: Limits) -> str:
+    """What a worker needs, as JSON text: the sanitized notebook, the check expressions, the
+    lesson's data files, the limits and the kernel's variables (the student's variants). No
+    expected value, no reference code, no course key."""
+    return json.dumps({
         "lesson": lesson.name, "student": prepared.student_id,
         "notebook": prepared.notebook,
         "exercises": [{"name": e.name, "expressions": [c.expression for c in e.checks]}
@@ -142,7 +195,23 @@ def payload_for(prepared: Prepared, lesson: Lesson, limits: Limits) -> dict:
         "files": {name: base64.b64encode((lesson.folder / name).read_bytes()).decode()
                   for name in lesson.data_files},
         "limits": asdict(limits), "env": prepared.env(),
-    }
+    }, sort_keys=True)
+
+
+def opened(key: bytes, sent: Sent, task: str, reply: object) -> dict | None:
+    """A worker's reply for ``task``, if it is signed with the queue's key for this very task
+    and payload; None for a forged, unsigned or mangled one."""
+    if not isinstance(reply, dict) or not isinstance(reply.get("body"), str) \
+            or not isinstance(reply.get("mac"), str):
+        return None
+    digest = hashlib.sha256(sent.payload.encode("utf-8", "surrogatepass")).hexdigest()
+    if not hmac.compare_digest(sign(key, "result", task, digest, reply["body"]), reply["mac"]):
+        return None
+    try:
+        result = json.loads(reply["body"])
+    except ValueError:
+        return None
+    return result if isinstance(result, dict) else None
 
 
 def judge_result(prepared: Prepared, result: dict, lesson: Lesson, partial: bool,
@@ -201,7 +270,7 @@ def task_id(lesson: Lesson, sent: Sent) -> str:
 
 def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limits: Limits,
                      partial: bool, use_sandbox: bool, done: Callable[[Graded], None],
-                     log: Callable[[str], None], judges: int = 1) -> None:
+                     log: Callable[[str], None], judges: int = 1, key: bytes = b"") -> None:
     """Send every prepared submission to the queue and judge each result as it arrives, calling
     ``done`` once per student, from this thread. Up to ``judges`` results are judged at once (a
     judgement may run kernels here, to judge exercises again with the course's code). A thread
@@ -209,6 +278,7 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
     neither (its worker died) is sent again."""
     waiting: dict[str, Sent] = {}
     broker = _Outage(app, log)
+    app.conf.ctc_queue_key = key
     for item in prepared:
         sent = Sent(item, payload_for(item, lesson, limits))
         broker.patiently(lambda sent=sent: _send(app, lesson, sent, log))
@@ -259,7 +329,16 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
                         result = app.AsyncResult(task)
                         state = result.state
                         if state == "SUCCESS":
-                            reply = result.get(timeout=30)
+                            reply = opened(key, sent, task, result.get(timeout=30))
+                            if reply is None:  # forged, or a worker with another key
+                                app.control.revoke(task)
+                                again(waiting.pop(task), "its result is not signed with this "
+                                      "course's queue key (forged, or a worker given another "
+                                      "--queue-key): refused",
+                                      lambda n: f"{n} results for it were not signed with the "
+                                                "queue's key (a forged result, or workers with "
+                                                "another --queue-key); not graded")
+                                continue
                             del waiting[task]
                             judging[pool.submit(judge_result, sent.prepared, reply, lesson,
                                                 partial, limits, use_sandbox)] = sent
@@ -392,4 +471,5 @@ def _send(app: Celery, lesson: Lesson, sent: Sent, log: Callable[[str], None]) -
     """Queue ``sent`` under a new task id."""
     sent.task_id = task_id(lesson, sent)
     sent.sent_at = time.monotonic()
-    app.send_task(TASK, args=[sent.payload], task_id=sent.task_id)
+    mac = sign(app.conf.ctc_queue_key, "task", sent.task_id, sent.payload)
+    app.send_task(TASK, args=[sent.payload, mac], task_id=sent.task_id)

@@ -399,6 +399,10 @@ class Verdict:
     told: str = ""
     # Where the checks passed only when they ran again: what the first run's failures said.
     first_run: list[str] = field(default_factory=list)
+    # A graded prediction's number, as read; and, for a notebook worked on other numbers than
+    # its student's, that other answer and whether the number was in its band (for review).
+    answered: float | None = None
+    worked: str = ""
 
     @property
     def hidden_failed(self) -> int:
@@ -448,8 +452,11 @@ def judge(exercise: Exercise, results: list[object], partial: bool = False) -> V
     else:
         points = exercise.points if passed == total else 0.0
     told = _told(exercise, results) if exercise.prediction else ""
+    banded = [got for c, got in zip(exercise.checks, results, strict=True)
+              if c.rel_tol and type(c.expected) is float and type(got) is float]
     return Verdict(exercise.name, points, exercise.points, passed, total, visible_failures,
-                   hidden_failures, told=told)
+                   hidden_failures, told=told,
+                   answered=banded[0] if exercise.prediction and len(banded) == 1 else None)
 
 
 def _told(exercise: Exercise, results: list[object]) -> str:

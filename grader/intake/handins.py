@@ -86,12 +86,16 @@ class Handin:
     time_source: str = ""  # where submitted_at came from
     local_time: str = ""  # a time with no zone (Blackboard's attempt date), for the course's
     lms_file_id: str = ""  # Canvas: the attachment id of the file graded (its feedback's name)
+    course_id: str = ""  # the id the student works under (grader/gradebook/identity.py)
+    group: list[str] = field(default_factory=list)  # a group hand-in: its members' course ids
+    identity: list[str] = field(default_factory=list)  # flags on its id: asked of each grading
 
     def record(self, layout: str) -> dict[str, object]:
         """What the ledger keeps of it (JSON)."""
         return {"from": layout, "name": self.name, "late": self.late, "email": self.email,
                 "download_name": self.download_name, "remarks": self.remarks,
                 "lms_id": self.lms_id, "file_id": self.lms_file_id,
+                "course_id": self.course_id or self.student_id, "group": list(self.group),
                 "reasons": list(self.reasons)}  # the hand-in's own flags: a regrade keeps them
 
 
@@ -298,6 +302,7 @@ def _handin(layout: str, student: str, entries: list[Entry], lesson_name: str,
     if folders and not files:
         _from_folders(handin, sorted(folders, key=lambda e: e.order, reverse=True),
                       lesson_name, notebook_name, layout)
+        handin.reasons += sorted({e.doubt for e in folders if e.doubt})
     else:
         _from_files(handin, files, notebook_name, layout)
         if folders:

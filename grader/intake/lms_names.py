@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from grader.common.errors import CourseError
-from grader.common.text import display_name, inert
+from grader.common.text import display_name, inert, valid_student_id
 from grader.intake.zips import IGNORED, MAX_METADATA_BYTES, MAX_NOTEBOOK_BYTES
 
 MAX_SUBMITTERS = 50  # students of one Gradescope (group) submission
@@ -108,6 +108,7 @@ class Entry:
     problem: str = ""  # why this entry cannot be graded (Gradescope: its folder is missing)
     doubt: str = ""  # why its owner is uncertain (a Canvas name that reads two ways)
     readings: list = field(default_factory=list)  # Canvas: every (user, name, Entry) reading
+    sid: str = ""  # Gradescope: the SID the metadata gives
 
 
 def visible(root: Path, layout: str = "folders") -> list[os.DirEntry]:
@@ -309,12 +310,35 @@ def gradescope(root: Path) -> tuple[list[Entry], list[str]]:
                 continue
             entries.append(Entry(
                 root / key, student, (created, key), name=display_name(name),
-                download_name=key, email=email,
+                download_name=key, email=email, sid=sid,
                 problem="" if key in folders else f"{display_name(key)}/ is not in the export"))
         folders.discard(key)
     for extra in sorted(folders)[:50]:
         notes.append(f"{display_name(extra)}: not in {GRADESCOPE_METADATA}; not graded")
-    return entries, notes
+    return _shared_sids(entries), notes
+
+
+def _shared_sids(entries: list[Entry]) -> list[Entry]:
+    """Entries whose SID Gradescope gives to two different people (a typo in its roster): each
+    graded under their own e-mail and flagged, never merged into one student (whose latest
+    hand-in alone would count)."""
+    import hashlib
+
+    people: dict[str, set[str]] = {}
+    for entry in entries:
+        if entry.sid:
+            people.setdefault(entry.sid, set()).add(
+                entry.email.casefold() or f"name:{entry.name.casefold()}")
+    for entry in entries:
+        if entry.sid and len(people[entry.sid]) > 1:
+            others = len(people[entry.sid]) - 1
+            digest = hashlib.sha256(f"{entry.sid}\0{entry.name}".encode()).hexdigest()[:12]
+            entry.student = entry.email if valid_student_id(entry.email) else \
+                f"gradescope-{digest}"
+            entry.doubt = (f"Gradescope gives this student's SID {inert(entry.sid, 40)!r} to "
+                           f"{others} other student(s) too: graded as {entry.student}, apart; "
+                           "correct the SID in Gradescope's roster")
+    return entries
 
 
 class MetadataLoader(yaml.SafeLoader):

@@ -4,17 +4,15 @@ Moodle's grading worksheet) and assignment lists, read as CSV."""
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader.common.errors import CourseError
+from grader.common.text import inert, valid_student_id
+from grader.intake import worksheet
 
 ROSTER_COLUMNS = ("name", "lms_id", "sis_user_id", "sis_login_id", "section", "email",
                   "username", "id_number")
-
-
-PARTICIPANT = re.compile(r"\s*Participant\s+(\d+)\s*")  # Moodle's grading worksheet
 
 
 @dataclass(frozen=True)
@@ -31,6 +29,28 @@ class Assignment:
         return f"{self.title} ({self.lms_id})" if self.lms_id else self.title
 
 
+@dataclass(frozen=True)
+class Person:
+    """One student as a roster names them: the course id (the id the student works under and
+    gives the lab: a hub user name, a login, an e-mail, as the instructor chose) and every id
+    an LMS knows them by, as (kind, value): ``canvas`` (Canvas's user id), ``moodle:LESSON``
+    (the participant id of that lesson's Moodle assignment), ``email``, ``username``,
+    ``sis_user_id``, ``sis_login_id``, ``id_number``. ``where``: the file and line, for
+    messages."""
+
+    course_id: str
+    name: str = ""
+    email: str = ""
+    ids: tuple[tuple[str, str], ...] = ()
+    where: str = ""
+
+
+# The kinds of id a roster may name as the course id (``roster --course-id``).
+COURSE_ID_FIELDS = ("student_id", "email", "username", "sis_login_id", "sis_user_id",
+                    "id_number", "lms_id")
+GENERIC = ("email", "username", "sis_login_id", "sis_user_id", "id_number")
+
+
 def read_csv(path: Path, what: str) -> list[dict[str, str]]:
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
@@ -40,53 +60,160 @@ def read_csv(path: Path, what: str) -> list[dict[str, str]]:
         raise CourseError(f"cannot read the {what} {path}: {error}") from None
 
 
-def read_rosters(paths: list[Path]) -> dict[str, dict[str, str]]:
-    """The rosters of ``paths`` as one: Moodle's grading worksheets of several assignments hold
-    different participant ids, so they add up without clashing."""
-    merged: dict[str, dict[str, str]] = {}
-    for path in paths:
-        for student, ids in read_roster(path).items():
-            known = merged.setdefault(student, dict(ids))
-            for key, value in ids.items():
-                known[key] = known.get(key) or value
-    return merged
-
-
-def read_roster(path: Path) -> dict[str, dict[str, str]]:
-    """student_id -> the LMS's identifiers for that student. The roster is our own CSV (a
-    ``student_id`` column and any of ROSTER_COLUMNS), Canvas's gradebook export (``Student,
-    ID, SIS User ID, SIS Login ID, Section``) or Moodle's grading worksheet (``Identifier``
-    "Participant N", ``Full name``, ``Email address``), as the LMS wrote it."""
+def _fields(path: Path) -> tuple[str, list[dict[str, str]]]:
+    """The roster's form (``ours``, ``canvas``, ``moodle``) and its rows, each with the
+    fields of ROSTER_COLUMNS (a Moodle worksheet's ``participant`` too) and its line."""
     rows = read_csv(path, "roster")
-    header = set(rows[0]) if rows else set()
-    roster: dict[str, dict[str, str]] = {}
+    header = list(rows[0]) if rows else []
+    found = []
     if "student_id" in header:
-        for row in rows:
+        form = "ours"
+        for line, row in enumerate(rows, start=2):
             if row.get("student_id"):
-                roster[row["student_id"]] = {k: row.get(k, "") for k in ROSTER_COLUMNS}
-    elif {"Student", "ID"} <= header:
-        for row in rows:
+                found.append({"student_id": row["student_id"], "line": str(line),
+                              **{k: row.get(k, "") for k in ROSTER_COLUMNS}})
+    elif {"Student", "ID"} <= set(header):
+        form = "canvas"
+        for line, row in enumerate(rows, start=2):
             if row.get("ID", "").isdigit():  # not "Points Possible" nor a muted-assignment row
-                roster[row["ID"]] = {
+                found.append({
+                    **dict.fromkeys(ROSTER_COLUMNS, ""), "line": str(line),
                     "name": row.get("Student", ""), "lms_id": row["ID"],
                     "sis_user_id": row.get("SIS User ID", ""),
                     "sis_login_id": row.get("SIS Login ID", row.get("Login ID", "")),
-                    "section": row.get("Section", ""), "email": "", "username": "",
-                    "id_number": ""}
-    elif "Identifier" in header:
-        for row in rows:
-            match = PARTICIPANT.fullmatch(row.get("Identifier", ""))
-            if match:
-                roster[match[1]] = {**dict.fromkeys(ROSTER_COLUMNS, ""),
-                                    "name": row.get("Full name", ""),
-                                    "email": row.get("Email address", ""),
-                                    "id_number": row.get("ID number", "")}
+                    "section": row.get("Section", "")})
+    elif worksheet.is_worksheet(header):
+        form = "moodle"
+        for line, row in enumerate(worksheet.english_rows(rows), start=2):
+            number = worksheet.participant(row.get("Identifier", ""))
+            if number:
+                found.append({**dict.fromkeys(ROSTER_COLUMNS, ""), "line": str(line),
+                              "participant": number, "name": row.get("Full name", ""),
+                              "email": row.get("Email address", ""),
+                              "id_number": row.get("ID number", ""),
+                              "username": row.get("Username", ""),
+                              "max_grade": row.get("Maximum Grade", "")})
     else:
         raise CourseError(
             f"the roster {path} needs a header row: a student_id column (and any of "
             f"{', '.join(ROSTER_COLUMNS)}), or Canvas's gradebook export (Student, ID, ...), or "
             "Moodle's grading worksheet (Identifier, Full name, Email address, ...)")
+    return form, found
+
+
+def _key_of(form: str, row: dict[str, str]) -> str:
+    return row["student_id"] if form == "ours" else row["lms_id"] if form == "canvas" \
+        else row["participant"]
+
+
+def read_roster(path: Path) -> dict[str, dict[str, str]]:
+    """student_id -> the LMS's identifiers for that student (for the exports). The roster is our
+    own CSV (a ``student_id`` column and any of ROSTER_COLUMNS), Canvas's gradebook export
+    (``Student, ID, SIS User ID, SIS Login ID, Section``) or Moodle's grading worksheet
+    (``Identifier`` "Participant N", ``Full name``, ``Email address``, in any language
+    grader/intake/worksheet.py reads), as the LMS wrote it. A student named twice in two ways,
+    or an LMS id given to two students, is refused with the lines named: a guess would send a
+    grade to the wrong account."""
+    form, rows = _fields(path)
+    roster: dict[str, dict[str, str]] = {}
+    lines: dict[str, str] = {}
+    for row in rows:
+        key = _key_of(form, row)
+        ids = {k: row.get(k, "") for k in ROSTER_COLUMNS}
+        if row.get("max_grade"):  # a worksheet's: the points its assignment is out of
+            ids["max_grade"] = row["max_grade"]
+        if key in roster and roster[key] != ids:
+            raise CourseError(f"the roster {path} names {inert(key, 60)!r} twice, in two ways "
+                              f"(lines {lines[key]} and {row['line']}): keep the right row")
+        roster[key], lines[key] = ids, row["line"]
+    _one_owner(roster, {k: f"{path}, line {v}" for k, v in lines.items()})
     return roster
+
+
+def _one_owner(roster: dict[str, dict[str, str]], where: dict[str, str],
+               fields: tuple[str, ...] = ("lms_id", "sis_user_id", "sis_login_id", "email",
+                                          "username", "id_number")) -> None:
+    """Refuse an LMS id (Canvas's user id, a login, an e-mail) that two students hold."""
+    for field in fields:
+        owner: dict[str, str] = {}
+        for student, ids in roster.items():
+            value = ids.get(field, "")
+            if not value:
+                continue
+            other = owner.setdefault(value.casefold() if field == "email" else value, student)
+            if other != student:
+                raise CourseError(
+                    f"the roster gives {field} {inert(value, 60)!r} to two students, "
+                    f"{inert(other, 60)!r} ({where.get(other, '')}) and {inert(student, 60)!r} "
+                    f"({where.get(student, '')}): correct it (a grade would go to the wrong "
+                    "account)")
+
+
+def read_rosters(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """The rosters of ``paths`` as one: Moodle's grading worksheets of several assignments hold
+    different participant ids, so they add up without clashing. A student that two files name
+    in two ways is refused, with both files named."""
+    merged: dict[str, dict[str, str]] = {}
+    where: dict[str, str] = {}
+    for path in paths:
+        for student, ids in read_roster(path).items():
+            known = merged.setdefault(student, dict(ids))
+            clash = [k for k, v in ids.items() if v and known.get(k) and known[k] != v]
+            if clash:
+                raise CourseError(f"{inert(student, 60)!r} has another {clash[0]} in {path} "
+                                  f"than in {where[student]}: correct one of them")
+            for key, value in ids.items():
+                known[key] = known.get(key) or value
+            where.setdefault(student, str(path))
+    # Across files, one person may stand under several keys (a Moodle participant id per
+    # assignment, joined by e-mail): only Canvas's user id must be one student's.
+    _one_owner(merged, where, ("lms_id",))
+    return merged
+
+
+def read_people(path: Path, course_id: str | None = None,
+                lesson: str | None = None) -> list[Person]:
+    """Each student of a roster file as a ``Person`` whose course id is the field
+    ``course_id`` names (default: our CSV's ``student_id``, Canvas's SIS Login ID, Moodle's
+    e-mail). A Moodle worksheet's participant ids are its assignment's: ``lesson`` says which.
+    Refused, saying what to fix: a student without a course id, a course id that cannot be
+    one, and a course id or an LMS id named twice in two ways."""
+    form, rows = _fields(path)
+    if form == "moodle" and lesson is None:
+        raise CourseError(f"{path} is a Moodle grading worksheet, whose participant ids are one "
+                          "assignment's: say which lesson it is with --lesson LESSON")
+    field = course_id or {"ours": "student_id", "canvas": "sis_login_id",
+                          "moodle": "email"}[form]
+    if field not in COURSE_ID_FIELDS or (field == "student_id" and form != "ours"):
+        raise CourseError(f"--course-id {field!r}: one of "
+                          f"{', '.join(f for f in COURSE_ID_FIELDS if f != 'student_id')}"
+                          + (", student_id" if form == "ours" else "")
+                          + f" (what {path} holds for each student)")
+    people, seen = [], {}
+    for row in rows:
+        where = f"{path}, line {row['line']}"
+        value = row.get(field, "")
+        if not value:
+            raise CourseError(f"{where}: {inert(row.get('name') or _key_of(form, row), 60)!r} "
+                              f"has no {field}, the course id: fill it in, or choose another "
+                              "field with --course-id")
+        if not valid_student_id(value):
+            raise CourseError(f"{where}: the course id {inert(value, 60)!r} ({field}) cannot be "
+                              "a student id (letters, digits and ._@+-, at most 100)")
+        ids = [(k, row[k]) for k in GENERIC if row.get(k)]
+        if row.get("lms_id"):
+            ids.append(("canvas", row["lms_id"]))
+        if row.get("participant"):
+            ids.append((f"moodle:{lesson}", row["participant"]))
+        person = Person(value, row.get("name", ""), row.get("email", ""), tuple(ids), where)
+        if value in seen and seen[value].ids != person.ids:
+            raise CourseError(f"{path} names the course id {inert(value, 60)!r} twice, in two "
+                              f"ways (lines {seen[value].where.rsplit(' ', 1)[-1]} and "
+                              f"{row['line']}): keep the right row")
+        if value not in seen:
+            seen[value] = person
+            people.append(person)
+    return people
 
 
 def read_assignments(path: Path) -> dict[str, Assignment]:

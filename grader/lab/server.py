@@ -27,7 +27,7 @@ from pathlib import Path
 from grader.common.errors import CourseError
 from grader.common.text import valid_student_id
 from grader.content.lessons import REPO, Lesson, all_lessons
-from grader.content.variants import ENV, code_variants, course_key, lab_variants
+from grader.content.variants import ENV, code_variants, kernel_variants, lab_variants
 from grader.course import Course
 
 DEFAULT_WORKSPACE = REPO / "workspace"
@@ -249,7 +249,8 @@ def workspace_variants(course: Course, workspace: Path, student: str | None = No
         return {}
     if isinstance(code, str):
         return {ENV: code_variants(code, student)}
-    return {ENV: lab_variants(course_key(course.root, create=True), student)}
+    key = course.key(create=True)  # checked against the course's gradebook, where it has one
+    return {ENV: lab_variants(key, student) if key else kernel_variants(student, {})}
 
 
 def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int = 0,

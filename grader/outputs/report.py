@@ -10,7 +10,7 @@ from grader.common.errors import CourseError
 from grader.common.text import display as _safe
 from grader.common.text import inert
 from grader.content.lessons import Lesson
-from grader.content.variants import course_key, draw, variants_of
+from grader.content.variants import draw, variants_of
 from grader.gradebook.coursedir import CourseDir
 
 
@@ -131,7 +131,7 @@ def _per_variant(course: CourseDir, lesson: Lesson, graded: dict[str, dict],
                  path: Path) -> list[str]:
     """Pass rates of each graded prediction by the variant its students drew: a variant far
     harder than the others is a bug in the question, not in the students."""
-    key = course_key(course.root)
+    key = course.key()
     variants = variants_of(lesson)
     if key is None or not variants:
         return []
@@ -144,7 +144,8 @@ def _per_variant(course: CourseDir, lesson: Lesson, graded: dict[str, dict],
             for student, record in graded.items():
                 result = record.get("exercises", {}).get(name)
                 if result is not None:
-                    tally[draw(key, lesson.name, name, student, len(spec.choices))].append(
+                    drawn_for = str(record.get("drawn_for") or student)  # a course id
+                    tally[draw(key, lesson.name, name, drawn_for, len(spec.choices))].append(
                         result["points"] == result["max_points"])
             for index, passes in tally.items():
                 rate = sum(passes) / len(passes) if passes else 0.0

@@ -1,17 +1,11 @@
-"""``python -m grader``: the course's command line for instructors (and the student lab)."""
+"""The command line's options: ``python -m grader``'s parser and usage."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
-import threading
 from pathlib import Path
 
-from grader.common.errors import CourseError
-from grader.common.faults import Unavailable
-from grader.common.text import inert
-from grader.content.lessons import lesson_names, load_lesson
 from grader.grading.limits import Limits
 from grader.intake.handins import LAYOUTS
 
@@ -29,7 +23,7 @@ python -m grader collect LESSON                   submissions from the exchange 
 python -m grader autograde LESSON SUBMISSIONS     grade <student_id>/<notebook>.ipynb (folder, zip)
                  [--from LAYOUT] | --collected    or an LMS's download as it came (docs/lms.md)
 python -m grader feedback LESSON [--zip]          HTML feedback per student (--zip: for the LMS,
-                 [--exchange [DIR]]               --exchange: for the students' Assignment List)
+                 [--exchange [DIR]] [--before-due]  --exchange: the students' Assignment List)
 python -m grader export [--format csv|canvas|moodle|moodle-worksheet] [--roster FILE]
                  [--assignments FILE] [--lesson LESSON] [--include-flagged] [--per-exercise]
                  [--csv FILE]
@@ -41,13 +35,15 @@ python -m grader review LESSON [STUDENT]          flagged submissions; one stude
                  [--accept | --set EXERCISE=POINTS | --total POINTS] [--note TEXT]
                  [--clear EXERCISE] [--clear-total] [--regrade] [--by NAME]
                  [--accept-all --reason TEXT]     accept every open flag for that reason
+python -m grader roster [FILE ...]                the course roster: each student's course id and
+                 [--lesson LESSON] [--course-id FIELD] [--replace]  the LMS ids standing for them
 python -m grader variants [STUDENT ...]           each student's code: their own numbers in
                                                   a lab on their own machine
 python -m grader lab [--smoke] [--reset LESSON]   the student workspace in JupyterLab
                  [--student ID [--code CODE]]     your own numbers (set once)
 python -m grader progress [LESSON ...]            which of your exercises pass their checks
 python -m grader demo LESSON [--fresh]            a lesson's instructor version, for class
-python -m grader worker --broker URL             run submissions sent by autograde --broker
+python -m grader worker --broker URL --queue-key FILE  run what autograde --broker sends
 (every command takes --course-dir DIR (default: .course/ in the repository), --db-url URL
  (default: sqlite:///<course-dir>/gradebook.db; PostgreSQL for several graders) and
  --deadlines FILE (default: <course-dir>/deadlines.toml, if there is one))
@@ -91,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   help="write student versions (and publish them to nbgrader's "
                                        "exchange with --exchange)")
     release.add_argument("lessons", nargs="*", metavar="LESSON")
+    release.add_argument("--new-key", action="store_true",
+                         help="give the course a new key (variants.key): every student's "
+                              "numbers change from then on (for a course released before keys "
+                              "existed, or one whose key is lost for good)")
 
     collect = commands.add_parser(
         "collect", parents=[common, exchange], help="collect submissions from the exchange",
@@ -138,12 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
                                 "gives, if anything; never a zip's member times)")
     autograde.add_argument("--broker", metavar="URL",
                            help="send submissions to workers on this Celery broker "
-                                "(redis://HOST:PORT/0) instead of grading here")
+                                "(redis://:PASSWORD@HOST:PORT/0) instead of grading here")
+    autograde.add_argument("--queue-key", type=Path, metavar="FILE",
+                           help="with --broker: the key the coordinator and its workers sign "
+                                "with (default: <course-dir>/queue.key, made at first use)")
 
     feedback = commands.add_parser("feedback", parents=[common, exchange],
                                    help="HTML feedback pages (and to the students' Assignment "
                                         "List with --exchange)")
     feedback.add_argument("lesson", metavar="LESSON")
+    feedback.add_argument("--before-due", action="store_true",
+                          help="make the pages although the lesson is not yet due for someone "
+                               "(default: refused until every due date and extension is past)")
     feedback.add_argument("--zip", action="store_true",
                           help="also what the students' LMS takes back: Moodle's feedback zip, "
                                "Canvas's folders, else one zip per student")
@@ -199,10 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --regrade: as autograde --partial-credit")
     review.add_argument("--accept-all", action="store_true",
                         help="without STUDENT: accept the computed score of every open "
-                             "needs_review flag whose every reason contains --reason TEXT")
-    review.add_argument("--reason", metavar="TEXT",
+                             "needs_review flag whose every reason contains a --reason TEXT")
+    review.add_argument("--reason", metavar="TEXT", action="append",
                         help="with --accept-all: the expected reason, e.g. \"in place of\" "
-                             "for a notebook the browser renamed")
+                             "for a notebook the browser renamed (repeatable: every reason of "
+                             "a flag it accepts contains one of them)")
 
     deadlines = commands.add_parser(
         "deadlines", parents=[common], help="the deadlines file as read, and its mistakes",
@@ -242,7 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", parents=[common],
                                  help="run submissions that autograde --broker sends")
     worker.add_argument("--broker", required=True, metavar="URL",
-                        help="the Celery broker, e.g. redis://HOST:6379/0")
+                        help="the Celery broker, e.g. redis://:PASSWORD@HOST:6379/0")
+    worker.add_argument("--queue-key", type=Path, required=True, metavar="FILE",
+                        help="a copy of the coordinator's queue.key (in its course directory): "
+                             "the worker runs only what it signs, and signs what it sends back")
     worker.add_argument("--concurrency", type=int, default=default_jobs(), metavar="N",
                         help="submissions run at once (default: one per CPU core)")
     worker.add_argument("--visibility-timeout", type=int, default=900, metavar="S",
@@ -269,10 +279,27 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--code", metavar="CODE",
                      help="on a machine of your own: the code your instructor gave you "
                           "(python -m grader variants), which carries your numbers")
+    roster = commands.add_parser(
+        "roster", parents=[common], help="the course roster: each student's course id",
+        description="Read each FILE (our CSV with a student_id column, Canvas's gradebook "
+                    "export, or a Moodle grading worksheet) into the course roster: each "
+                    "student's course id (the id they work under in the lab) and the LMS ids "
+                    "that stand for them. Without FILE: list the roster.")
+    roster.add_argument("files", nargs="*", type=Path, metavar="FILE")
+    roster.add_argument("--lesson", metavar="LESSON",
+                        help="a Moodle worksheet's lesson (its participant ids are that "
+                             "assignment's)")
+    roster.add_argument("--course-id", dest="roster_course_id", metavar="FIELD",
+                        help="the column that is each student's course id: student_id, email, "
+                             "username, sis_login_id, sis_user_id, id_number or lms_id "
+                             "(default: student_id; Canvas: sis_login_id; Moodle: email)")
+    roster.add_argument("--replace", action="store_true",
+                        help="put these files in place of the whole roster")
     variants = commands.add_parser("variants", parents=[common],
                                    help="each student's code for a lab on their own machine")
     variants.add_argument("students", nargs="*", metavar="STUDENT",
-                          help="(default: every student of the gradebook)")
+                          help="(default: every student of the course roster, else of the "
+                               "gradebook)")
 
     progress = commands.add_parser("progress", parents=[common],
                                    help="which exercises of your workspace pass their checks")
@@ -280,189 +307,3 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--workspace", type=Path, metavar="DIR",
                           help="where your copies of the lessons live (default: workspace/)")
     return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        print(USAGE, end="")
-        return 2
-    for dest, (flag, _, _) in GLOBAL_OPTIONS.items():
-        before, after = getattr(args, f"{dest}_before"), getattr(args, dest, None)
-        if before is not None and after is not None and before != after:
-            parser.error(f"{flag} is given twice, as {before!r} and {after!r}: give it once")
-        setattr(args, dest, after if after is not None else before)
-    import signal
-    import warnings
-
-    # nbgrader 0.9.6's add_submission builds its rows in a way SQLAlchemy 2 warns about on
-    # every new submission ("Object of type <SubmittedAssignment> not in session"): harmless
-    # (the rows are added through the assignment), and noise in every autograde's output.
-    warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session",
-                            module=r"nbgrader\.")
-
-    def stopped(number, frame):  # a SIGTERM (a scheduler, the OOM killer's parent, `kill`)
-        raise KeyboardInterrupt  # unwinds like Ctrl-C: temporary folders go, copies are written
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stopped)
-    try:
-        return run(args)
-    except CourseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Unavailable as fault:
-        print(f"stopped: {inert(str(fault), 400)}. Nothing is charged to a student, and every "
-              "submission stored so far is stored whole; when it is back, run the same command "
-              "with --resume to finish.", file=sys.stderr)
-        return 3
-    except KeyboardInterrupt:
-        print("interrupted." + (" Every submission stored so far is stored whole; run the "
-                                "same command with --resume to finish."
-                                if args.command == "autograde" else ""), file=sys.stderr)
-        return 130
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.command == "sync":
-        from grader.content.sync import sync
-
-        return sync(lesson_names(args.lessons), check_only=args.check)
-
-    if args.command == "worker":
-        from grader.grading.distributed import worker
-
-        return worker(args.broker, args.concurrency, args.visibility_timeout)
-
-    from grader.course import open_course
-
-    exchange_dir = getattr(args, "exchange", None)
-    if args.command in ("release", "feedback") and args.course_id is not None \
-            and exchange_dir is None:
-        raise CourseError("--course-id names the course in nbgrader's exchange: give "
-                          "--exchange [DIR] too")
-    if exchange_dir and not Path(exchange_dir).exists() and exchange_dir in {
-            lesson.name for lesson in lesson_names([])}:
-        raise CourseError(f"--exchange took the lesson {exchange_dir} for its folder: name the "
-                          "lessons first (release LESSON --exchange), or write --exchange=DIR")
-    course = open_course(args.course_dir, db_url=args.db_url, deadlines=args.deadlines)
-    if args.command in ("autograde", "feedback", "export", "report", "review"):
-        course.deadlines()  # a bad value stops the command here, its warnings said once
-    if args.command == "deadlines":
-        from grader.gradebook.deadlines_check import show
-
-        return show(course, check=args.check)
-    if args.command == "release":
-        to_exchange = args.exchange is not None
-        if to_exchange:
-            from grader.intake import exchange
-            from grader.outputs import publish
-
-            where = exchange.settings(course, args.exchange, args.course_id, remember=True)
-        for lesson in lesson_names(args.lessons):
-            course.release(lesson)
-            if to_exchange:
-                publish.publish(course, lesson, where)
-        return 0
-    if args.command == "collect":
-        from grader.intake import exchange
-
-        exchange.collect(course, load_lesson(args.lesson),
-                         exchange.settings(course, args.exchange, args.course_id),
-                         check_owner=not args.no_check_owner)
-        return 0
-    if args.command == "autograde":
-        if args.jobs < 1:
-            raise CourseError("--jobs must be at least 1")
-        if args.collected == (args.submissions is not None):
-            raise CourseError("give SUBMISSIONS (a folder or zip) or --collected (what "
-                              "python -m grader collect took from the exchange), not both"
-                              if args.collected else "give SUBMISSIONS: a folder or zip of "
-                              "hand-ins, or --collected for what python -m grader collect took")
-        if args.collected:
-            from grader.intake.exchange import COLLECTED
-
-            if not (course.root / COLLECTED).is_dir():
-                raise CourseError(f"nothing collected yet in {course.root / COLLECTED}: run "
-                                  f"python -m grader collect {args.lesson} first")
-            args.submissions, args.layout = course.root / COLLECTED, args.layout or "nbgrader"
-        limits = Limits(cell_seconds=args.cell_timeout, notebook_seconds=args.timeout,
-                        memory_bytes=args.memory * 2**30)
-        statuses = course.autograde(load_lesson(args.lesson), args.submissions, jobs=args.jobs,
-                                    use_sandbox=not args.no_sandbox, limits=limits,
-                                    partial=args.partial_credit, resume=args.resume,
-                                    broker=args.broker, layout=args.layout,
-                                    discard_overrides=args.discard_overrides,
-                                    times=args.times)
-        counts = {s: sum(v["status"] == s for v in statuses.values())
-                  for s in ("graded", "needs_review", "invalid")}
-        skipped = len(getattr(course, "skipped", []))
-        print(", ".join(f"{n} {s}" for s, n in counts.items())
-              + f" of {len(statuses) + skipped}"
-              + (f"; {skipped} skipped, graded already (--resume)" if skipped else ""))
-        return 0
-    if args.command == "feedback":
-        lesson = load_lesson(args.lesson)
-        course.feedback(lesson, zips=args.zip)
-        if args.exchange is not None:
-            from grader.intake import exchange
-            from grader.outputs import publish
-
-            publish.release_feedback(course, lesson,
-                                     exchange.settings(course, args.exchange, args.course_id))
-        return 0
-    if args.command == "report":
-        from grader.outputs.report import report
-
-        report(course, load_lesson(args.lesson))
-        return 0
-    if args.command == "review":
-        from grader.gradebook.review import command
-
-        return command(course, load_lesson(args.lesson), args)
-    if args.command == "similarity":
-        from grader.outputs.similarity import similarity
-
-        similarity(course, load_lesson(args.lesson), args.threshold, args.min_shared,
-                   args.ignore_common)
-        return 0
-    if args.command == "export":
-        from grader.outputs.export import export, export_per_exercise
-
-        if args.per_exercise:
-            if args.format != "csv":
-                raise CourseError("--per-exercise writes the csv format (an LMS's import takes "
-                                  "one score per lesson): leave out --format, or drop "
-                                  "--per-exercise")
-            export_per_exercise(course, args.csv or course.root / "grades-per-exercise.csv")
-            return 0
-        suffix = "" if args.format == "csv" else f"-{args.format}"
-        export(course, args.csv or course.root / f"grades{suffix}.csv", args.format,
-               args.roster, args.assignments, args.include_flagged,
-               lesson=load_lesson(args.lesson).name if args.lesson else None)
-        return 0
-    if args.command == "demo":
-        from grader.lab.server import demo
-
-        return demo(course, load_lesson(args.lesson), fresh=args.fresh, port=args.port)
-    if args.command == "lab":
-        from grader.lab.server import lab
-
-        return lab(course, args.workspace, smoke=args.smoke, port=args.port,
-                   reset=lesson_names(args.reset) if args.reset else [], student=args.student,
-                   code=args.code)
-    if args.command == "variants":
-        from grader.gradebook.coursedir import student_codes
-
-        for student, code in student_codes(course, args.students):
-            print(f"{student}\t{code}")
-        return 0
-    if args.command == "progress":
-        from grader.lab.progress import progress
-        from grader.lab.server import DEFAULT_WORKSPACE, workspace_variants
-
-        workspace = (args.workspace or DEFAULT_WORKSPACE).resolve()
-        return progress(workspace, lesson_names(args.lessons),
-                        env=workspace_variants(course, workspace))
-    raise AssertionError(args.command)
