@@ -4,9 +4,10 @@
 ``kv_cache_bytes``, the memory left for them once ``MEMORY_RESERVE`` is kept back, the largest
 batch of ``max_batch_size``, the intensity of ``decode_intensity`` against lesson 03's
 ``ridge_point``, the bound of ``decode_tokens_per_second`` and the time to first token of
-``prefill_seconds``. ``serving_explorer`` is the ipywidgets panel the notebook shows: a model
-from ``models.json``, a GPU from ``hardware.json`` and how many of them, the batch, the context,
-the weights' format and the cache's dtype; every number it shows comes from ``serving_plan``.
+``prefill_seconds`` with the prefill's attention counted (``prefill_attention_flops``).
+``serving_explorer`` is the ipywidgets panel the notebook shows: a model from ``models.json``, a
+GPU from ``hardware.json`` and how many of them, the batch, the context, the weights' format and
+the cache's dtype; every number it shows comes from ``serving_plan``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,29 @@ WEIGHT_FORMATS = {"bf16": (2, "bf16"), "fp8 (W8A8)": (1, "fp8"),
 CACHE_BYTES = {"bf16": 2, "fp8": 1}  # bytes of one cached key or value number
 
 
+def prefill_attention_flops(shape: dict, prompt_len: int) -> int:
+    """FLOPs of the attention matmuls of one causal prefill of ``prompt_len`` tokens.
+
+    Each query head scores each key the causal mask keeps, P (P + 1) / 2 query-key pairs
+    (position i sees i + 1 keys), and sums as many values: two matmuls of 2 head_dim FLOPs
+    per pair, so 2 L d P (P + 1) over the L layers, with d = n_heads x head_dim the query
+    heads' width (grouped-query attention shares keys and values, not this work): the attention
+    term of ``prefill_flops_as_served``, the causal half of lesson 04's whole T x T square,
+    what a causal FlashAttention kernel computes (up to the blocks on the diagonal). They grow
+    with the square of the prompt: for Llama 2 7B about 8% of the weights' 2 N P FLOPs at
+    4,096 tokens, 65% at 32,768, 260% at 131,072.
+
+    Args:
+        shape: a ``models.json`` entry (n_layers, d_model, n_heads).
+        prompt_len: P (>= 1).
+
+    Returns:
+        FLOPs, an int.
+    """
+    width = shape["d_model"] // shape["n_heads"] * shape["n_heads"]
+    return 2 * shape["n_layers"] * width * prompt_len * (prompt_len + 1)
+
+
 def serving_plan(shape: dict, gpu: dict, n_gpus: int, batch_size: int, context_len: int,
                  weight_format: str = "bf16", cache_dtype: str = "bf16",
                  reserve: float = MEMORY_RESERVE) -> dict:
@@ -42,7 +66,9 @@ def serving_plan(shape: dict, gpu: dict, n_gpus: int, batch_size: int, context_l
     bytes), and ``reserve`` of it is kept back for the CUDA context, NCCL's buffers, the
     allocator and activations; the weights and the caches share the rest. The matmuls run in
     the weight format's dtype where the GPU has it (fp8 needs W8A8), in bf16 otherwise.
-    Attention's FLOPs are left out, as in ``decode_intensity``.
+    Attention's FLOPs are left out of a decode step, as in ``decode_intensity`` (their bytes,
+    the cache, are counted); the time to first token counts them (``prefill_attention_flops``,
+    at the bf16 peak: attention multiplies activations, which W8A8 leaves to bf16).
 
     Args:
         shape: a ``models.json`` entry (n_layers, d_model, n_heads, n_kv_heads, ...).
@@ -59,8 +85,10 @@ def serving_plan(shape: dict, gpu: dict, n_gpus: int, batch_size: int, context_l
         fits, max_batch (None when the weights alone do not fit), intensity, ridge, bound
         ("memory" or "compute"), tokens_per_second (the roofline's bound; None when the batch
         does not fit), time_per_output_token (seconds, None likewise), time_to_first_token
-        (the prefill of one prompt of context_len tokens, alone), peak_flops, bandwidth and
-        compute_dtype.
+        (the prefill of one prompt of context_len tokens, alone, its attention counted: the
+        roofline of ``prefill_seconds`` with the attention's seconds added to the compute),
+        prefill_attention_added (attention's FLOPs over the weights' in that prefill),
+        peak_flops, bandwidth and compute_dtype.
     """
     if n_gpus < 1:
         raise ValueError(f"n_gpus must be >= 1, got {n_gpus!r}")
@@ -87,14 +115,21 @@ def serving_plan(shape: dict, gpu: dict, n_gpus: int, batch_size: int, context_l
     ridge = ridge_point(peak, bandwidth)
     tokens = (decode_tokens_per_second(n_step, batch_size, context_len, kv_per_token, peak,
                                        bandwidth, per_param) if fits else None)
+    # max(weights / peak, bytes / bandwidth) becomes max(weights / peak + attention / bf16
+    # peak, bytes / bandwidth): prefill_seconds, or the compute with attention if longer
+    attention = prefill_attention_flops(shape, context_len)
+    weight_flops = 2 * n_step * context_len
+    with_attention = weight_flops / peak + attention / (n_gpus * gpu["peak_flops"]["bf16"])
+    first_token = max(prefill_seconds(n_step, context_len, 1, peak, bandwidth, per_param),
+                      with_attention)
     return {"n_params": n_params, "n_step": n_step, "kv_bytes_per_token": kv_per_token,
             "weights": weights, "cache": cache, "memory": memory, "budget": budget,
             "fits": fits, "max_batch": largest, "intensity": intensity, "ridge": ridge,
             "bound": "compute" if intensity >= ridge else "memory",
             "tokens_per_second": tokens,
             "time_per_output_token": None if tokens is None else batch_size / tokens,
-            "time_to_first_token": prefill_seconds(n_step, context_len, 1, peak, bandwidth,
-                                                   per_param),
+            "time_to_first_token": first_token,
+            "prefill_attention_added": attention / weight_flops,
             "peak_flops": peak, "bandwidth": bandwidth, "compute_dtype": compute_dtype}
 
 
@@ -134,7 +169,9 @@ def plan_html(plan: dict, gpu_name: str, n_gpus: int, batch_size: int) -> str:
         _row("time_per_output_token", "time per output token", plan["time_per_output_token"],
              "none" if tokens is None else f"{plan['time_per_output_token'] * 1e3:,.1f} ms"),
         _row("time_to_first_token", "prefill of one prompt of the context",
-             plan["time_to_first_token"], f"{plan['time_to_first_token'] * 1e3:,.1f} ms"),
+             plan["time_to_first_token"],
+             f"{plan['time_to_first_token'] * 1e3:,.1f} ms (attention adds "
+             f"{plan['prefill_attention_added']:.0%} to the weights' FLOPs)"),
     ]
     bar = "".join(f'<div style="width:{100 * plan[part] / scale:.3f}%;background:{colour}"></div>'
                   for part, colour in (("weights", "#0072B2"), ("cache", "#E69F00")))

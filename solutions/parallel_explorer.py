@@ -32,13 +32,23 @@ def _seconds(value: float) -> str:
 
 def _overlap_words(plan: dict) -> str:
     """What the data-parallel traffic can hide behind, in words."""
-    if plan["zero_stage"] == 3 and not plan["keep_unsharded"]:
+    stage, keep, micro = plan["zero_stage"], plan["keep_unsharded"], plan["microbatches"]
+    if stage == 3 and not keep:
         return "the forward and backward passes of every micro-batch"
-    if plan["zero_stage"] == 2 and not plan["keep_unsharded"] and plan["microbatches"] > 1:
-        return "the backward pass of every micro-batch"
-    if plan["microbatches"] == 1:
-        return "the backward pass"
-    return "the backward pass of the last micro-batch only"
+    backward = ("the backward pass" if micro == 1 else
+                "the backward pass of every micro-batch" if stage == 2 and not keep else
+                "the backward pass of the last micro-batch")
+    if stage == 0:
+        return backward if micro == 1 else f"{backward} only"
+    if stage == 3:  # keeping whole: gathered once, for the first forward pass
+        return (f"{backward} for the reduce-scatter and the step's first forward pass for the "
+                "all-gather")
+    if plan["overlap_param_gather"]:
+        return (f"{backward} for the reduce-scatter and the next step's first forward pass for "
+                "the all-gather of the updated weights (Megatron-LM's overlap_param_gather)")
+    return (f"{backward} for the reduce-scatter and nothing for the all-gather of the updated "
+            "weights, which waits for the optimizer step (DeepSpeed's ZeRO-1/2, Megatron-LM's "
+            "default)")
 
 
 def plan_html(plan: dict, gpu_name: str, gpu_bytes: float) -> str:
@@ -77,12 +87,17 @@ def plan_html(plan: dict, gpu_name: str, gpu_bytes: float) -> str:
         hides = (f"Data-parallel traffic hides: its {_seconds(data_seconds)} overlap "
                  f"{_seconds(overlapped)} of compute, {_overlap_words(plan)}.")
     else:
+        only = "only " if overlapped < data_seconds else ""
         hides = (f"Data-parallel traffic does not hide: its {_seconds(data_seconds)} overlap "
-                 f"only {_seconds(overlapped)} of compute, {_overlap_words(plan)}; "
+                 f"{only}{_seconds(overlapped)} of compute, {_overlap_words(plan)}; "
                  f"{_seconds(plan['exposed_seconds'])} of it add to the step.")
-    threshold = (f" It hides from {plan['min_tokens_to_hide']:,.0f} tokens per micro-batch; "
-                 f"this run has {plan['tokens_per_microbatch']:,}." if plan["traffic"]["data"]
-                 else "")
+    if not plan["traffic"]["data"]:
+        threshold = ""
+    elif plan["min_tokens_to_hide"] == float("inf"):
+        threshold = " No size of micro-batch hides it: nothing overlaps the all-gather."
+    else:
+        threshold = (f" It hides from {plan['min_tokens_to_hide']:,.0f} tokens per "
+                     f"micro-batch; this run has {plan['tokens_per_microbatch']:,}.")
     return (
         '<div class="ctc-plan" style="font-size:15px;line-height:1.5">'
         f'<p data-gpus="{plan["gpus"]}"><b>{plan["gpus"]:,} GPUs</b> in {plan["nodes"]:,} '
@@ -109,7 +124,8 @@ def plan_html(plan: dict, gpu_name: str, gpu_bytes: float) -> str:
 
 def parallel_explorer(models: dict, accelerators: dict, node: dict) -> widgets.VBox:
     """The panel: model, degrees of data, tensor and pipeline parallelism, ZeRO stage and
-    whether it keeps gradients and weights whole across micro-batches, the gradients' width,
+    whether it keeps gradients and weights whole across micro-batches, when ZeRO-1/2 gather
+    the updated weights (``overlap_param_gather``), the gradients' width,
     micro-batches, sequence length, MFU and checkpointing; the readout of ``plan_html``."""
 
     def control(widget: widgets.Widget, name: str) -> widgets.Widget:
@@ -128,6 +144,10 @@ def parallel_explorer(models: dict, accelerators: dict, node: dict) -> widgets.V
                                     description="ZeRO stage"), "zero")
     keep = control(widgets.Checkbox(value=False, description="keep gradients and weights "
                                     "whole across micro-batches"), "keep")
+    gather = control(widgets.Dropdown(options=[
+        ("after the optimizer step (DeepSpeed ZeRO-1/2)", False),
+        ("with the next forward (Megatron overlap_param_gather)", True)],
+        value=False, description="new weights' all-gather"), "gather")
     grads = control(widgets.Dropdown(options=[("bf16, held and reduced in 2 bytes", 2),
                                               ("fp32, held and reduced in 4 bytes", 4)],
                                      value=2, description="gradients"), "grads")
@@ -154,10 +174,11 @@ def parallel_explorer(models: dict, accelerators: dict, node: dict) -> widgets.V
                              micro.value, micro_size.value, seq_len.value, mfu.value,
                              checkpointing.value, gpu["peak_flops"]["bf16"],
                              gpu["memory_bytes"], node, keep_unsharded=keep.value,
-                             bytes_per_grad=grads.value)
+                             bytes_per_grad=grads.value,
+                             overlap_param_gather=gather.value)
         shown.value = plan_html(plan, "H100 SXM", gpu["memory_bytes"])
 
-    controls = [model, dp, zero, keep, grads, tp, pp, micro, micro_size, seq_len, mfu,
+    controls = [model, dp, zero, keep, gather, grads, tp, pp, micro, micro_size, seq_len, mfu,
                 checkpointing]
     for widget in controls:
         widget.observe(update, names="value")

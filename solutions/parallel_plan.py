@@ -15,7 +15,9 @@ moments, and gradients held and reduced in bf16 (2 + 2 + 12 bytes per parameter,
 paper's) or in fp32 (2 + 4 + 12); layers split evenly over the stages; activations counted for
 the model's own blocks (grouped-query attention, a gated MLP) with FlashAttention, no dropout,
 and split over the tensor-parallel ranks (Megatron's sequence parallelism); a 1F1B schedule
-flushed every step. Memory budgets use the label's 80 GB = 80e9 bytes.
+flushed every step; ZeRO-1/2's all-gather of the updated weights exposed, or behind the next
+step's first forward pass (``overlap_param_gather``). Memory budgets use the label's 80 GB =
+80e9 bytes.
 """
 
 from __future__ import annotations
@@ -97,21 +99,26 @@ def _checked_split(shape: dict, tp: int) -> None:
 
 def _data_parallel(shard: int, dp: int, stage: int, microbatches: int, keep: bool,
                    bytes_per_grad: int, bandwidth: float, rate: float, tokens: int,
-                   backward_flops_per_param: int) -> dict:
+                   backward_flops_per_param: int, overlap_param_gather: bool) -> dict:
     """The data-parallel collectives of one GPU and the compute each one overlaps.
 
-    Each collective can hide only behind the compute that runs while it does: a reduce-scatter
-    of a micro-batch's gradients behind that micro-batch's backward pass, ZeRO-3's all-gather
-    for a forward pass behind that forward pass. A reduction once per step (DDP under
-    ``no_sync``, ZeRO-1, or ZeRO-2/3 keeping whole gradients) overlaps the last micro-batch's
-    backward pass only; it is counted with the step's all-gather of the updated weights, the
-    bytes of one all-reduce (Megatron can overlap that all-gather with the next step's first
-    forward pass, ``overlap_param_gather``, which this count does not credit).
+    Each collective can hide only behind the compute that runs while it does: a reduction of a
+    micro-batch's gradients behind that micro-batch's backward pass, ZeRO-3's all-gather for a
+    forward pass behind that forward pass. A reduction once per step (DDP under ``no_sync``,
+    ZeRO-1, or ZeRO-2/3 keeping whole gradients) overlaps the last micro-batch's backward pass
+    only. ZeRO-1 and 2 then all-gather the updated weights, which cannot overlap that backward
+    pass: the optimizer step waits for the whole reduce-scatter (global-norm clipping needs
+    every gradient), and the all-gather waits for the step. Either nothing overlaps it
+    (DeepSpeed's ZeRO-1/2, and Megatron-LM's default), or, with ``overlap_param_gather``
+    (Megatron-LM's option of that name), the next step's first forward pass does, each layer
+    waiting for its own weights. ZeRO-3 keeping whole weights gathers them for the first forward
+    pass as it runs, behind that pass, either way.
 
     Returns:
         ``exposed`` seconds that no compute hides, ``overlapped`` seconds of compute the
         traffic overlaps in all, and ``min_tokens``: the fewest tokens per micro-batch that
-        hide it all (N cancels, as in ``min_tokens_to_hide_allreduce``).
+        hide it all (N cancels, as in ``min_tokens_to_hide_allreduce``; ``math.inf`` when
+        nothing overlaps a collective).
     """
     padded = -(-shard // dp) * dp
     reduce_scatter = collective_bytes("reduce_scatter", padded * bytes_per_grad, dp) / bandwidth
@@ -121,25 +128,26 @@ def _data_parallel(shard: int, dp: int, stage: int, microbatches: int, keep: boo
     backward = backward_flops * shard * tokens / rate
     # (seconds of traffic, times per step, bytes sent per parameter; seconds of the compute it
     # overlaps, FLOPs of that compute per parameter and token)
+    gather_forward = (all_gather, 1, 2, forward, forward_flops)
     if stage == 0:
         windows = [(2 * reduce_scatter, 1, 2 * bytes_per_grad, backward, backward_flops)]
-    elif stage == 1 or keep:
-        windows = [(reduce_scatter + all_gather, 1, bytes_per_grad + 2, backward,
-                    backward_flops)]
-    elif stage == 2:
-        windows = [(reduce_scatter, microbatches - 1, bytes_per_grad, backward, backward_flops),
-                   (reduce_scatter + all_gather, 1, bytes_per_grad + 2, backward,
-                    backward_flops)]
-    else:
+    elif stage == 3 and not keep:
         windows = [(all_gather, microbatches, 2, forward, forward_flops),
                    (all_gather + reduce_scatter, microbatches, bytes_per_grad + 2, backward,
                     backward_flops)]
+    else:
+        reductions = microbatches if stage == 2 and not keep else 1
+        after_step = gather_forward if overlap_param_gather else (all_gather, 1, 2, 0.0, 0)
+        windows = [(reduce_scatter, reductions, bytes_per_grad, backward, backward_flops),
+                   gather_forward if stage == 3 else after_step]
     exposed = sum(count * max(0.0, sent - compute) for sent, count, _, compute, _ in windows)
     overlapped = sum(count * compute for _, count, _, compute, _ in windows)
     # Traffic of b bytes per parameter meets c FLOPs per parameter and token: it hides from
     # (n-1)/n b rate / (c beta) tokens, min_tokens_to_hide_allreduce's count for g = b, times 2/c.
-    least = max(min_tokens_to_hide_allreduce(rate, bandwidth, dp, sent_bytes) * 2 / flops
-                for _, count, sent_bytes, _, flops in windows if count)
+    least = max((min_tokens_to_hide_allreduce(rate, bandwidth, dp, sent_bytes) * 2 / flops
+                 if flops else math.inf
+                 for sent, count, sent_bytes, _, flops in windows if count and sent),
+                default=0.0)  # one copy sends nothing
     return {"exposed": exposed, "overlapped": overlapped, "min_tokens": least}
 
 
@@ -147,7 +155,7 @@ def parallel_plan(shape: dict, dp: int, tp: int, pp: int, zero_stage: int, micro
                   micro_batch_size: int, seq_len: int, mfu: float, checkpointing: bool,
                   peak_flops: float, gpu_bytes: float, node: dict, *,
                   keep_unsharded: bool = False, bytes_per_grad: int = 2,
-                  fused_gate: bool = True) -> dict:
+                  fused_gate: bool = True, overlap_param_gather: bool = False) -> dict:
     """One GPU's share of an optimizer step of ``microbatches`` micro-batches per data-parallel
     copy, split dp x tp x pp ways.
 
@@ -169,8 +177,11 @@ def parallel_plan(shape: dict, dp: int, tp: int, pp: int, zero_stage: int, micro
     Time per step: the FLOPs (6 N per token, 8 N with checkpointing; attention's matmuls left
     out, as 6ND does) at ``mfu`` x ``peak_flops``, and tensor parallelism's all-reduces, which
     wait for each layer, both stretched by the pipeline's bubble; plus the data-parallel
-    traffic that the compute it overlaps does not hide (``_data_parallel``). Pipeline sends are
-    small and overlap the next micro-batch's compute: counted in bytes, not in time.
+    traffic that the compute it overlaps does not hide (``_data_parallel``). ZeRO-1 and 2
+    all-gather the updated weights after the optimizer step: with nothing to overlap
+    (DeepSpeed's ZeRO-1/2, and Megatron-LM by default), or with ``overlap_param_gather``
+    behind the next step's first forward pass (Megatron-LM's option of that name). Pipeline
+    sends are small and overlap the next micro-batch's compute: counted in bytes, not in time.
 
     Returns:
         ``gpus``, ``nodes``, ``n_params``; ``memory`` (bytes per part, ints) and
@@ -179,7 +190,8 @@ def parallel_plan(shape: dict, dp: int, tp: int, pp: int, zero_stage: int, micro
         ``bubble``; ``compute_seconds``, ``overlapped_seconds`` (the compute the data-parallel
         traffic overlaps), ``exposed_seconds`` (its part that does not hide),
         ``step_seconds``; ``tokens_per_step``, ``tokens_per_microbatch`` and
-        ``min_tokens_to_hide`` (per micro-batch of one copy, at this MFU); ``hidden``.
+        ``min_tokens_to_hide`` (per micro-batch of one copy, at this MFU; ``math.inf`` when
+        no number of tokens hides it); ``hidden``; and the settings the readout names.
     """
     for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("microbatches", microbatches),
                         ("micro_batch_size", micro_batch_size), ("seq_len", seq_len)):
@@ -235,7 +247,7 @@ def parallel_plan(shape: dict, dp: int, tp: int, pp: int, zero_stage: int, micro
     bubble = pipeline_bubble_fraction(pp, microbatches)
     data = _data_parallel(shard, dp, zero_stage, microbatches, keep_unsharded, bytes_per_grad,
                           bandwidth[links["data"]], rate, tokens_per_microbatch,
-                          6 if checkpointing else 4)
+                          6 if checkpointing else 4, overlap_param_gather)
     step = (compute + seconds["tensor"]) / (1 - bubble) + data["exposed"]
     return {
         "gpus": dp * tp * pp, "nodes": math.ceil(dp * tp * pp / per_node),
@@ -249,4 +261,5 @@ def parallel_plan(shape: dict, dp: int, tp: int, pp: int, zero_stage: int, micro
         "min_tokens_to_hide": data["min_tokens"], "hidden": data["exposed"] == 0.0,
         "zero_stage": zero_stage, "microbatches": microbatches,
         "keep_unsharded": keep_unsharded, "bytes_per_grad": bytes_per_grad,
+        "overlap_param_gather": overlap_param_gather,
     }

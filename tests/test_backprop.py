@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -687,14 +688,36 @@ def test_drawn_inputs_are_valid_and_differ_between_students(exercise: str) -> No
 
 def test_the_embedding_share_of_6nd_lesson_04_states() -> None:
     """6ND with the course's N (embedding included) overcounts by 6Vd per token for an untied
-    model: 1.9% of 6ND for Llama 2 7B, 0.4% for GPT-3 175B."""
+    model: 1.9% of 6ND for Llama 2 7B. GPT-3 175B, which the course counts as tied, has no
+    overcount: its one V x d matrix is the unembedding's, a real matmul (FlopCounterMode on a
+    tied model below); untied, Vd would be 0.35% of N (issue 44)."""
     models = json.loads((Path(__file__).resolve().parent.parent / "data" / "models.json")
                         .read_text())["models"]
-    for name, share in [("Llama 2 7B", 0.019), ("GPT-3 175B", 0.004)]:
-        m = models[name]
+
+    def share(m: dict, tied: bool) -> float:
         n = transformer_params(m["n_layers"], m["d_model"], m["vocab_size"],
-                               gated_mlp_d_ff(m["d_ff"], m["mlp_matrices"]))
-        assert round(m["vocab_size"] * m["d_model"] / n, 3) == share, name
+                               gated_mlp_d_ff(m["d_ff"], m["mlp_matrices"]),
+                               tied_embeddings=tied)
+        return m["vocab_size"] * m["d_model"] / n
+
+    llama, gpt3 = models["Llama 2 7B"], models["GPT-3 175B"]
+    assert not llama["tied_embeddings"] and round(share(llama, False), 3) == 0.019
+    assert gpt3["tied_embeddings"]
+    assert round(share(gpt3, False), 4) == round(share(gpt3, True), 4) == 0.0035
+    # a tied model's step is 6NT (+ attention) exactly: nothing of N is a lookup only
+    layers, d, seq_len, vocab = 2, 32, 16, 50
+    model = TinyTransformer(vocab, d, layers, 2, tied_embeddings=True)
+    tokens = torch.randint(0, vocab, (1, seq_len))
+    with FlopCounterMode(display=False) as counter:
+        logits = model(tokens)
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    n = transformer_params(layers, d, vocab, tied_embeddings=True)
+    assert counter.get_total_flops() == 6 * n * seq_len + 3 * 4 * layers * seq_len**2 * d
+    text = " ".join(c.source for c in nbformat.read(
+        load_lesson("04_backprop_flops").notebook, as_version=4).cells
+        if c.cell_type == "markdown")
+    assert "0.4% for GPT-3" not in " ".join(text.split())
+    assert "its overcount is 0; untied, it would be 0.35%" in " ".join(text.split())
 
 
 def test_palms_mfu_attention_term_is_three_times_the_courses_forward_square() -> None:

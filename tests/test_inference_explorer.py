@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ from solutions.inference_explorer import (
     WEIGHT_FORMATS,
     _gb,
     plan_html,
+    prefill_attention_flops,
     serving_explorer,
     serving_plan,
 )
@@ -78,8 +80,18 @@ def test_every_number_of_a_plan_is_the_lessons_functions(model, gpu, n_gpus, bat
         assert plan["time_per_output_token"] == batch / tokens
     else:  # no tokens per second for a batch that does not fit
         assert plan["tokens_per_second"] is None and plan["time_per_output_token"] is None
-    assert plan["time_to_first_token"] == prefill_seconds(n_step, context, 1, peak, bandwidth,
+    # the prefill's roofline with its causal attention added to the compute: 4 d FLOPs per
+    # layer and kept query-key pair, at the bf16 peak (attention multiplies activations)
+    pairs = context * (context + 1) // 2
+    attention_seconds = shape["n_layers"] * 4 * shape["d_model"] * pairs / (
+        n_gpus * spec["peak_flops"]["bf16"])
+    assert plan["time_to_first_token"] == pytest.approx(max(
+        2 * n_step * context / peak + attention_seconds, n_step * per_param / bandwidth),
+        rel=1e-12)
+    assert plan["time_to_first_token"] >= prefill_seconds(n_step, context, 1, peak, bandwidth,
                                                           per_param)
+    assert plan["prefill_attention_added"] == pytest.approx(
+        shape["n_layers"] * 4 * shape["d_model"] * pairs / (2 * n_step * context), rel=1e-12)
     # memory-bound exactly when the step's bytes take longer than its FLOPs (lesson 03)
     memory_seconds = (n_step * per_param + batch * context * k) / bandwidth
     compute_seconds = 2 * n_step * batch / peak
@@ -113,6 +125,22 @@ def test_the_lessons_things_to_try() -> None:
     assert w8a8["compute_dtype"] == "fp8" and weights_only["compute_dtype"] == "bf16"
     assert w8a8["tokens_per_second"] == weights_only["tokens_per_second"]
     assert math.isclose(w8a8["ridge"] / weights_only["ridge"], 2, rel_tol=1e-3)
+    # and the prefill of one prompt of 4096 tokens runs 1.9 times as fast: its attention, 8%
+    # of the weights' FLOPs, stays at the bf16 peak
+    prompt = [serving_plan(llama2, h100, 1, 1, 4096, w)["time_to_first_token"]
+              for w in ("fp8, weights only", "fp8 (W8A8)")]
+    assert round(prompt[0] / prompt[1], 1) == 1.9
+    # Llama 2 7B's prefill: attention adds 8%, 65%, 260% to the weights' FLOPs at 4K, 32K and
+    # 128K tokens, and the time to first token goes from 59 ms to 0.72 s and 6.3 s
+    longer = [serving_plan(llama2, h100, 1, 1, c) for c in (4096, 32768, 131072)]
+    assert [round(p["prefill_attention_added"], 2) for p in longer] == [0.08, 0.65, 2.60]
+    assert round(longer[0]["time_to_first_token"] * 1e3) == 59
+    assert round(longer[1]["time_to_first_token"], 2) == 0.72
+    assert round(longer[2]["time_to_first_token"], 1) == 6.3
+    peak = h100["peak_flops"]["bf16"]
+    for p, c in zip(longer, (4096, 32768, 131072), strict=True):
+        assert p["time_to_first_token"] == pytest.approx(
+            (2 * n7 * c + prefill_attention_flops(llama2, c)) / peak, rel=1e-12)
     # A100s have no fp8 tensor cores: W8A8 fp8 falls back to bf16 matmuls there
     a100 = ACCELERATORS["A100 SXM 80GB"]
     assert serving_plan(llama2, a100, 1, 1, 128, "fp8 (W8A8)")["compute_dtype"] == "bf16"
@@ -136,6 +164,8 @@ def test_the_panel_shows_the_plan_of_its_controls() -> None:
     assert int(values["max_batch"]) == 27 and float(values["budget"]) == 72e9
     assert float(values["tokens_per_second"]) == plan["tokens_per_second"]
     assert "KV cache, 1 sequence<" in panel.children[-1].value  # one sequence, not "1 sequences"
+    assert float(values["time_to_first_token"]) == plan["time_to_first_token"]
+    assert "59.2 ms (attention adds 8% to the weights' FLOPs)" in panel.children[-1].value
     controls["batch"].value = 64
     plan = serving_plan(MODELS["Llama 2 7B"], h100, 1, 64, 4096)
     values = shown(panel)
@@ -170,3 +200,37 @@ def test_the_html_carries_exact_values_and_readable_text() -> None:
     assert f'data-value="{plan["weights"]!r}">{_gb(plan["weights"])}' in html
     assert isinstance(plan["weights"], float) and plan["weights"] == model_params(
         MODELS["Llama 2 7B"]) / 2
+
+
+def _causal_attention(q, k, v):
+    """Causal attention that computes only what the mask keeps: for query i, its scores against
+    keys 0..i and the weighted sum of those values. Grouped-query: each key/value head serves
+    n_heads / n_kv_heads query heads."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    rows = []
+    for i in range(q.shape[2]):
+        scores = q[:, :, i:i + 1] @ k[:, :, :i + 1].transpose(-1, -2) / q.shape[-1] ** 0.5
+        rows.append(scores.softmax(-1) @ v[:, :, :i + 1])
+    return torch.cat(rows, dim=2)
+
+
+@pytest.mark.parametrize("heads, kv_heads, head_dim, layers, prompt",
+                         [(4, 4, 8, 2, 5), (8, 2, 4, 3, 7), (2, 1, 16, 1, 1)])
+def test_prefill_attention_flops_are_what_a_causal_kernel_computes(heads, kv_heads, head_dim,
+                                                                   layers, prompt) -> None:
+    """FlopCounterMode around attention that computes only the scores the causal mask keeps
+    (query i against keys 0..i), layer by layer, counts what prefill_attention_flops says;
+    keys and values shared by query heads (grouped-query attention) do not change it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    shape = {"n_layers": layers, "d_model": heads * head_dim, "n_heads": heads,
+             "n_kv_heads": kv_heads}
+    generator = torch.Generator().manual_seed(0)
+    with FlopCounterMode(display=False) as counter:
+        for _ in range(layers):
+            q = torch.randn(1, heads, prompt, head_dim, generator=generator)
+            k, v = (torch.randn(1, kv_heads, prompt, head_dim, generator=generator)
+                    for _ in "kv")
+            _causal_attention(q, k, v)
+    assert counter.get_total_flops() == prefill_attention_flops(shape, prompt)

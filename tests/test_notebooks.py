@@ -67,6 +67,18 @@ def test_notebook_is_committed_without_outputs(lesson) -> None:
 
 
 @by_name
+def test_no_text_cell_says_a_sentence_twice(lesson) -> None:
+    """A sentence written twice in one cell is an editing slip (issue 44: lesson 08's section
+    5 said its last sentence twice)."""
+    nb = nbformat.read(lesson.notebook, as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "markdown":
+            sentences = [s for s in re.split(r"(?<=[.!?])\s+", " ".join(c.source.split()))
+                         if len(s) > 30]
+            assert len(sentences) == len(set(sentences)), c.source
+
+
+@by_name
 def test_every_graded_function_has_an_exercise_and_a_test_cell(lesson) -> None:
     nb = nbformat.read(lesson.notebook, as_version=4)
     solutions = grade_ids(nb, solution=True)

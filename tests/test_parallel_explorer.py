@@ -26,7 +26,7 @@ from solutions.parallel import (
     zero_bytes_per_device,
     zero_comm_bytes,
 )
-from solutions.parallel_demos import largest_fitting
+from solutions.parallel_demos import fit_alpha_beta, largest_fitting
 from solutions.parallel_explorer import parallel_explorer, plan_html
 from solutions.parallel_plan import block_activation_bytes, parallel_plan
 
@@ -47,11 +47,11 @@ def plan(dp=32, tp=8, pp=4, stage=1, micro=64, size=1, seq=8192, mfu=0.4, checkp
 
 @given(st.sampled_from([1, 2, 8, 64, 1024]), st.sampled_from([1, 2, 4, 8]),
        st.sampled_from([1, 2, 4, 16]), st.integers(0, 3), st.sampled_from([1, 4, 16]),
-       st.booleans(), st.booleans(), st.sampled_from([2, 4]))
+       st.booleans(), st.booleans(), st.sampled_from([2, 4]), st.booleans())
 def test_every_number_of_a_plan_is_the_lessons_functions(dp, tp, pp, stage, micro, ckpt, keep,
-                                                         grad) -> None:
+                                                         grad, overlap) -> None:
     got = plan(dp, tp, pp, stage, micro, 2, 4096, 0.5, ckpt, keep_unsharded=keep,
-               bytes_per_grad=grad)
+               bytes_per_grad=grad, overlap_param_gather=overlap)
     n = model_params(LLAMA)
     shard = -(-n // (tp * pp))
     held_as = stage if not (keep and stage >= 2) else (1 if micro > 1 else 2)
@@ -71,13 +71,19 @@ def test_every_number_of_a_plan_is_the_lessons_functions(dp, tp, pp, stage, micr
         assert got["memory"]["activations"] == math.ceil(layers * min(pp, micro) * one_layer / tp)
     assert got["gpus"] == dp * tp * pp and got["nodes"] == math.ceil(dp * tp * pp / 8)
     # hidden exactly when a micro-batch's tokens reach the threshold (which, for weights and
-    # gradients of one width, is min_tokens_to_hide_allreduce's for every stage); the ratio
-    # may round either way at the boundary, so only where the two are apart
+    # gradients of one width, is min_tokens_to_hide_allreduce's for every stage whose
+    # collectives all overlap compute); the ratio may round either way at the boundary, so only
+    # where the two are apart. ZeRO-1/2's all-gather of the updated weights overlaps nothing
+    # unless Megatron's overlap_param_gather puts it behind the next forward pass.
     bandwidth = NODE["nvlink_bytes_per_s"] if tp * dp <= 8 else NODE["nic_bytes_per_s"]
-    if grad == 2 and not ckpt and dp > 1:
+    never = stage in (1, 2) and not overlap and dp > 1
+    assert (got["min_tokens_to_hide"] == math.inf) == never
+    if grad == 2 and not ckpt and dp > 1 and not never:
         assert math.isclose(got["min_tokens_to_hide"],
                             min_tokens_to_hide_allreduce(0.5 * PEAK, bandwidth, dp),
                             rel_tol=1e-12)
+    if never:
+        assert not got["hidden"]
     if dp > 1 and shard % dp == 0:
         ratio = got["tokens_per_microbatch"] / got["min_tokens_to_hide"]
         if abs(ratio - 1) > 1e-9:
@@ -91,23 +97,42 @@ def test_every_number_of_a_plan_is_the_lessons_functions(dp, tp, pp, stage, micr
 def test_a_reduction_after_the_last_microbatch_overlaps_its_backward_pass_only() -> None:
     """The outside reviewer's example (issue 33): 16 micro-batches of one sequence of 2048 per
     copy, ZeRO-1 over 32 copies on the network cards. 32,768 tokens per copy per step are far
-    above the 7,700 or so needed, but the step's one reduction overlaps the last micro-batch's
-    backward pass, 2,048 tokens: 171 ms of traffic against 46 ms, 125 ms exposed."""
-    got = plan(micro=16, seq=2048)
+    above the 7,700 or so needed, but the step's reduce-scatter overlaps the last micro-batch's
+    backward pass only, 85 ms against 46 ms; and the all-gather of the updated weights, 85 ms,
+    follows the optimizer step (issue 44): nothing overlaps it as DeepSpeed runs ZeRO-1/2,
+    125 ms exposed; the next step's first forward pass, 23 ms, under Megatron-LM's
+    overlap_param_gather, 102 ms exposed. (tests/test_parallel_schedule.py simulates both.)"""
     shard = -(-model_params(LLAMA) // 32)
     rate = 0.4 * PEAK
-    last_backward = 4 * shard * 2048 / rate
+    last_backward, first_forward = 4 * shard * 2048 / rate, 2 * shard * 2048 / rate
     traffic = accumulation_comm_bytes(shard, 32, 1, 16) / NODE["nic_bytes_per_s"]
-    assert got["overlapped_seconds"] == pytest.approx(last_backward, rel=1e-12)
-    assert got["exposed_seconds"] == pytest.approx(traffic - last_backward, rel=1e-12)
-    assert round(traffic, 3) == 0.171 and round(last_backward, 3) == 0.046
-    assert round(got["exposed_seconds"], 3) == 0.125 and not got["hidden"]
-    assert got["tokens_per_replica"] == 32_768 > got["min_tokens_to_hide"]
-    assert round(got["min_tokens_to_hide"], -2) == 7_700
-    assert 16 * last_backward > traffic  # what the old count compared, wrongly
-    # more micro-batches change nothing; larger ones hide it
-    assert plan(micro=64, seq=2048)["exposed_seconds"] == got["exposed_seconds"]
-    assert plan(micro=16, seq=2048, size=4)["hidden"]
+    half = traffic / 2  # a reduce-scatter and an all-gather of bf16 values: equal bytes
+    assert round(traffic, 3) == 0.171 and round(half, 3) == 0.085
+    assert round(last_backward, 3) == 0.046 and round(first_forward, 3) == 0.023
+    assert round((half - last_backward) * 1e3) == 40  # of the reduce-scatter, waiting
+    deepspeed, megatron = plan(micro=16, seq=2048), plan(micro=16, seq=2048,
+                                                         overlap_param_gather=True)
+    assert deepspeed["overlapped_seconds"] == pytest.approx(last_backward, rel=1e-12)
+    assert deepspeed["exposed_seconds"] == pytest.approx(half - last_backward + half, rel=1e-12)
+    assert megatron["overlapped_seconds"] == pytest.approx(last_backward + first_forward,
+                                                           rel=1e-12)
+    assert megatron["exposed_seconds"] == pytest.approx(
+        half - last_backward + half - first_forward, rel=1e-12)
+    assert round(deepspeed["exposed_seconds"], 3) == 0.125 and not deepspeed["hidden"]
+    assert round(megatron["exposed_seconds"], 3) == 0.102 and not megatron["hidden"]
+    assert deepspeed["tokens_per_replica"] == 32_768 > megatron["min_tokens_to_hide"]
+    assert round(megatron["min_tokens_to_hide"]) == 7_668
+    assert deepspeed["min_tokens_to_hide"] == math.inf
+    assert 16 * last_backward > traffic  # what the first count compared, wrongly
+    # more micro-batches change nothing; four sequences per micro-batch (8,192 tokens) hide it
+    # under Megatron's schedule and leave the all-gather's 85 ms under DeepSpeed's
+    for overlap in (False, True):
+        assert plan(micro=64, seq=2048, overlap_param_gather=overlap)["exposed_seconds"] \
+            == plan(micro=16, seq=2048, overlap_param_gather=overlap)["exposed_seconds"]
+    assert plan(micro=16, seq=2048, size=4, overlap_param_gather=True)["hidden"]
+    four = plan(micro=16, seq=2048, size=4)
+    assert four["exposed_seconds"] == pytest.approx(half, rel=1e-12)
+    assert round(four["exposed_seconds"], 3) == 0.085
 
 
 def test_zero_3_with_microbatches_gathers_again_for_every_pass_unless_it_keeps() -> None:
@@ -135,17 +160,25 @@ def test_zero_3_with_microbatches_gathers_again_for_every_pass_unless_it_keeps()
     assert plan(1024, 1, 1, 3, 1)["traffic"]["data"] == zero_comm_bytes(-(-n // 1), 1024, 3)
 
 
-def test_fp32_gradients_hold_18_bytes_and_need_twice_the_tokens() -> None:
+def test_fp32_gradients_hold_18_bytes_and_leave_the_threshold_where_it_was() -> None:
+    """fp32 gradients double the reduce-scatter (171 ms at the first layout) but not the
+    all-gather of the bf16 weights (85 ms): the reduce-scatter needs a last backward pass of
+    7,668 tokens, as the all-gather needs a first forward pass of as many under Megatron's
+    schedule. At 8192 tokens per micro-batch both hide there (183 and 91 ms of compute); under
+    DeepSpeed's the all-gather's 85 ms stay in the step, as with bf16 gradients."""
     bf16, fp32 = plan(), plan(bytes_per_grad=4)
     shard = -(-model_params(LLAMA) // 32)
     assert fp32["memory"]["gradients"] == 2 * bf16["memory"]["gradients"] == 4 * shard
     one = plan(1, 1, 1, 0, 1, model=MODELS["Llama 2 7B"], bytes_per_grad=4)
     assert one["memory_total"] - one["memory"]["activations"] == 18 * model_params(
         MODELS["Llama 2 7B"])
-    assert bf16["hidden"] and not fp32["hidden"]
-    assert round(fp32["seconds"]["data"], 3) == 0.256 and round(fp32["overlapped_seconds"], 3) \
-        == 0.183
-    assert round(fp32["min_tokens_to_hide"], -2) == 11_500
+    megatron = plan(bytes_per_grad=4, overlap_param_gather=True)
+    assert round(fp32["seconds"]["data"], 3) == 0.256 and megatron["hidden"]
+    assert round(megatron["overlapped_seconds"], 3) == 0.274  # 183 + 91 ms
+    assert round(megatron["min_tokens_to_hide"]) == 7_668
+    assert not fp32["hidden"] and not bf16["hidden"]
+    assert fp32["exposed_seconds"] == bf16["exposed_seconds"]  # the all-gather alone
+    assert round(fp32["exposed_seconds"], 3) == 0.085
     with pytest.raises(ValueError, match="bytes_per_grad must be 2"):
         plan(bytes_per_grad=3)
 
@@ -298,8 +331,19 @@ def test_the_readout_says_traffic_first_and_what_it_overlaps() -> None:
     46 ms)" read backwards)."""
     exposed = _text(plan_html(plan(micro=16, seq=2048), "H100 SXM", GPU_BYTES))
     assert ("Data-parallel traffic does not hide: its 171 ms overlap only 46 ms of compute, the "
-            "backward pass of the last micro-batch only; 125 ms of it add to the step.") in exposed
-    assert "It hides from 7,668 tokens per micro-batch; this run has 2,048." in exposed
+            "backward pass of the last micro-batch for the reduce-scatter and nothing for the "
+            "all-gather of the updated weights, which waits for the optimizer step (DeepSpeed's "
+            "ZeRO-1/2, Megatron-LM's default); 125 ms of it add to the step.") in exposed
+    assert "No size of micro-batch hides it: nothing overlaps the all-gather." in exposed
+    megatron = _text(plan_html(plan(micro=16, seq=2048, overlap_param_gather=True), "H100 SXM",
+                               GPU_BYTES))
+    assert ("its 171 ms overlap only 68 ms of compute, the backward pass of the last micro-batch "
+            "for the reduce-scatter and the next step's first forward pass for the all-gather of "
+            "the updated weights (Megatron-LM's overlap_param_gather); 102 ms of it add to the "
+            "step.") in megatron
+    assert "It hides from 7,668 tokens per micro-batch; this run has 2,048." in megatron
+    ddp = _text(plan_html(plan(stage=0, micro=16, seq=2048), "H100 SXM", GPU_BYTES))
+    assert "the backward pass of the last micro-batch only; 125 ms" in ddp
     hidden = _text(plan_html(plan(1024, 1, 1, 3, 2), "H100 SXM", GPU_BYTES))
     assert ("hides: its 16.92 s overlap 17.52 s of compute, the forward and backward passes of "
             "every micro-batch") in hidden
@@ -332,6 +376,13 @@ def test_the_panel_shows_the_plan_of_its_controls() -> None:
     expected = plan(stage=3, pp=1, checkpointing=True, keep_unsharded=True, bytes_per_grad=4)
     assert f'data-bytes="{expected["memory_total"]}"' in shown.value
     assert f'data-bytes="{expected["traffic"]["data"]}"' in shown.value
+    controls["ctc-zero"].value = 1
+    controls["ctc-gather"].value = True
+    expected = plan(stage=1, pp=1, checkpointing=True, keep_unsharded=True, bytes_per_grad=4,
+                    overlap_param_gather=True)
+    assert f'data-step="{expected["step_seconds"]!r}"' in shown.value
+    assert expected["step_seconds"] < plan(stage=1, pp=1, checkpointing=True,
+                                           bytes_per_grad=4)["step_seconds"]
     # every control's label has the same width, so that they line up
     assert {w.style.description_width for w in panel.children[:-1]} == {"200px"}
 
@@ -356,6 +407,13 @@ def test_the_numbers_of_lesson_07s_text() -> None:
     assert math.isclose(nic / min_tokens_to_hide_allreduce(PEAK, NODE["nvlink_bytes_per_s"], 8),
                         9)
     assert min_tokens_to_hide_allreduce(PEAK, 50e9, 8, 4) == 2 * nic  # fp32: twice the tokens
+    # section 4's fit (issue 44): fitted with the ring's model, an NVLS all-reduce on 8 H100s
+    # gives its bus bandwidth as beta, 480 GB/s, above the 450 GB/s line rate. nccl-tests
+    # defines busbw = algbw x 2 (n-1)/n, with algbw = B / t the bytes per second of the call.
+    algbw = nvls * 8 / (2 * 7)
+    sizes = [2**k for k in range(20, 35)]
+    _, beta = fit_alpha_beta(sizes, [size / algbw for size in sizes], 8)
+    assert beta == pytest.approx(nvls, rel=1e-6) and beta > NODE["nvlink_bytes_per_s"]
     # section 6: the ZeRO paper's figure 1 and the 8 H100s
     assert [round(zero_bytes_per_device(7_500_000_000, 64, s) / 1e9, 1) for s in range(4)] \
         == [120.0, 31.4, 16.6, 1.9]
@@ -419,7 +477,14 @@ def test_the_layouts_of_section_10_and_the_things_to_try() -> None:
     assert round(checkpointed["memory"]["activations"] / 1e9) == 13 and checkpointed["fits"]
     n = model_params(LLAMA)
     assert round(2 * n / 1e9) == 141  # the bf16 weights each pass gathers
-    assert round(flat["traffic"]["data"] / 1e12) == 26
+    assert round(2 * n / 1e9, 1) == 141.1
+    # each gather sends 31/32 of them (issue 44): 136.7 GB; 128 gathers 17.5 TB, and with the
+    # 64 reduce-scatters 26.2 TB
+    gather = collective_bytes("all_gather", -(-n // 32) * 32 * 2, 32)
+    assert math.isclose(gather / (2 * n), 31 / 32, rel_tol=1e-9)
+    assert round(gather / 1e9, 1) == 136.7 and round(128 * gather / 1e12, 1) == 17.5
+    assert flat["traffic"]["data"] == 192 * gather
+    assert round(flat["traffic"]["data"] / 1e12, 1) == 26.2
     kept = plan(32, 1, 1, 3, keep_unsharded=True)
     whole = kept["memory"]["weights"] + kept["memory"]["gradients"]
     assert round(whole / 1e9) == 282 and not kept["fits"]
@@ -434,6 +499,16 @@ def test_the_layouts_of_section_10_and_the_things_to_try() -> None:
         == (8.5, 820)
     third_kept = plan(stage=3, keep_unsharded=True)
     assert third_kept["memory"] == first["memory"] and third_kept["traffic"] == first["traffic"]
+    # the first layout's ZeRO-1 collectives: a reduce-scatter of 85 ms behind the last backward
+    # pass, 183 ms; the all-gather, 85 ms, exposed, or behind the next first forward pass, 91 ms
+    shard, rate = -(-n // 32), 0.4 * PEAK
+    reduce_scatter = collective_bytes("reduce_scatter", -(-shard // 32) * 32 * 2, 32) / NODE[
+        "nic_bytes_per_s"]
+    assert [round(x * 1e3) for x in (reduce_scatter, 4 * shard * 8192 / rate,
+                                     2 * shard * 8192 / rate)] == [85, 183, 91]
+    assert first["exposed_seconds"] == pytest.approx(reduce_scatter, rel=1e-12)
+    assert plan(overlap_param_gather=True)["hidden"]
+    assert round(2 * reduce_scatter * 1e3) == 171  # fp32 gradients: twice the bytes
     # pipeline stages 4 -> 1 at 64 micro-batches; 4 micro-batches
     assert plan(pp=1)["memory_total"] > plan()["memory_total"] and plan(pp=1)["bubble"] == 0
     assert round(plan()["bubble"], 3) == 0.045 and round(plan(micro=4)["bubble"], 2) == 0.43
@@ -452,12 +527,17 @@ def test_lesson_07_states_no_number_its_tests_do_not() -> None:
                    "480 GB/s", "79.11 GiB", "85e9", "81,559 MiB", "5e9 bytes", "180 GB", "35 GB",
                    "13 GB",
                    "(4.5%)", "43%", "7,700", "5B, 14.5B, 21.3B or 40B", "846 GB", "16.9 s",
-                   "17.5 s", "282 GB", "141 GB", "26 TB", "8.5 times", "24 times", "31.4 GB",
-                   "525,568", "2,102,272", "171 ms", "46 ms", "125 ms", "730 ms", "32,768",
-                   "5%", "27%", "11,500", "256 ms", "183 ms", "9.6 GB", "820 GB"]:
+                   "17.5 s", "282 GB", "141 GB", "141.1 GB", "136.7 GB", "17.5 TB", "26.2 TB",
+                   "8.5 times", "24 times", "31.4 GB", "525,568", "2,102,272", "171 ms",
+                   "46 ms", "125 ms", "102 ms", "40 ms", "23 ms", "85 ms", "91 ms", "7,668",
+                   "730 ms", "32,768", "5%", "27%", "183 ms", "9.6 GB", "820 GB", "450 GB/s",
+                   "DeepSpeed 0.19.6", "Megatron Core 0.20", "PyTorch 2.13"]:
         assert figure in text, figure
     assert not re.search(r"\btens of µs\b|laptop|NCCL uses for large|the backward pass is shorter",
                          text)
+    # issue 44: no all-gather of updated weights counted against a backward pass, and no
+    # threshold of the count that did
+    assert not re.search(r"11,500|256 ms|hide it again|FSDP2 does exactly this", text)
     # the exercise states every kind of input its hidden checks pass (issue 33): zero-length
     # tensors and integer dtypes for the ring
     ring = next(c.source for c in nb.cells if c.cell_type == "markdown"

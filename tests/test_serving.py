@@ -465,6 +465,18 @@ def test_the_numbers_the_serving_sections_state() -> None:
     assert round(tokens[64] / tokens[1]) == 18 and round(64 / tokens[64] * 1e3) == 14
     assert round(ttft[64] * 1e3) == 438
     assert max_batch_size(72e9, n7_stored, 1024, k7) >= 64  # the batches of the plot fit
+    # section 10: 512 prompt tokens a step is the lesson's choice, vLLM's V0 default, not V1's
+    # (issue 44)
+    import nbformat
+
+    from grader.content.lessons import load_lesson
+    nb = nbformat.read(load_lesson("08_inference").notebook, as_version=4)
+    text = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    assert "here is 512 tokens a step, the lesson's choice" in text
+    assert "its V0 engine defaulted to 512" in text and "8192 for the OpenAI-compatible" in text
+    assert "16384 for the offline `LLM` class" in text
+    assert "512 a step, vLLM's `max_num_batched_tokens`" not in text
+    assert serving_timeline.__defaults__ == (512,)
     # section 10: 13.4 µs per prompt token, a step of 3 at 1024: 4.4 ms; about 300 prompt
     # tokens fit in a decode step's time
     per_token = prefill_seconds(n7, 4096, 1, peak, bw) / 4096
@@ -516,5 +528,5 @@ def test_the_numbers_the_serving_sections_state() -> None:
     weights_only = serving_plan(llama2, h100, 1, 1, 4096, "fp8, weights only")
     assert math.isclose(w8a8["ridge"], 2 * weights_only["ridge"], rel_tol=1e-3)
     assert w8a8["tokens_per_second"] == weights_only["tokens_per_second"]
-    assert math.isclose(weights_only["time_to_first_token"] / w8a8["time_to_first_token"], 2,
-                        rel_tol=1e-3)
+    # the prefill's weights at twice the peak, its attention (8% more FLOPs) at bf16's
+    assert round(weights_only["time_to_first_token"] / w8a8["time_to_first_token"], 1) == 1.9

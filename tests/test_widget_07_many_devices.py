@@ -91,7 +91,8 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(page) -> None:
     # the controls' labels line up: each label's box starts and ends at the same x, give or
     # take the 2 pixels by which ipywidgets sets a slider's margin apart from a dropdown's
     boxes = [page.locator(f".ctc-{name} .widget-label").first.bounding_box()
-             for name in ("model", "dp", "zero", "grads", "tp", "pp", "micro", "seq", "mfu")]
+             for name in ("model", "dp", "zero", "gather", "grads", "tp", "pp", "micro", "seq",
+                          "mfu")]
     for edge in (lambda b: b["x"], lambda b: b["x"] + b["width"]):
         assert max(map(edge, boxes)) - min(map(edge, boxes)) <= 3, boxes
     line = page.locator(".ctc-plan [data-line]")
@@ -118,5 +119,20 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(page) -> None:
         checkpointed["fits"]).lower()
     step = float(page.locator(".ctc-plan [data-step]").get_attribute("data-step"))
     assert step == checkpointed["step_seconds"]
+
+    # ZeRO-1 with its all-gather of the updated weights behind the next forward pass (issue 44)
+    page.locator(".ctc-zero select").select_option(label="1: optimizer state")
+    zero_1 = reference(zero_stage=1, pp=1, checkpointing=True)
+    assert wait_for(page, zero_1["memory_total"]) == zero_1["memory_total"]
+    page.locator(".ctc-gather select").select_option(index=1)
+    overlapped = reference(zero_stage=1, pp=1, checkpointing=True, overlap_param_gather=True)
+    assert overlapped["step_seconds"] < zero_1["step_seconds"]
+    deadline = time.monotonic() + 30
+    while float(page.locator(".ctc-plan [data-step]").get_attribute("data-step")) != \
+            overlapped["step_seconds"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert float(page.locator(".ctc-plan [data-step]").get_attribute("data-step")) == \
+        overlapped["step_seconds"]
+    assert "overlap_param_gather" in page.locator(".ctc-plan").inner_text()
     whole = page.locator(".jp-OutputArea-output").filter(has=page.locator(".ctc-plan"))
     whole.screenshot(path=str(SCREENSHOTS / "widget-07-parallel-plan.png"))
