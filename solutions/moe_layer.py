@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from solutions.experts import dropped_tokens
+
 
 class GatedMLP(nn.Module):
     """A SwiGLU MLP, three (d_model, d_ff) matrices: down(silu(gate(x)) * up(x))."""
@@ -117,3 +119,25 @@ def update_bias(bias: Float[Tensor, " n_experts"], counts: list[int],
     assignments by ``step`` and raise it for those that got fewer (DeepSeek-V3's update)."""
     load = torch.tensor(counts, dtype=bias.dtype)
     return bias - step * torch.sign(load - load.mean())
+
+
+def simulate_bias_balancing(log_popularity: Float[Tensor, " n_experts"], top_k: int, steps: int,
+                            batch: int, step_size: float, capacity_factor: float,
+                            generator: torch.Generator) -> tuple[list[float], list[float]]:
+    """``steps`` steps of DeepSeek-V3's balancing on a router whose affinities favour some
+    experts: each token's affinity for expert i is sigmoid(z + log_popularity[i]), z standard
+    normal; the top_k of affinity + bias are chosen, then the bias is updated. Returns, per step,
+    the share of assignments dropped at ``capacity_factor`` (``dropped_tokens``) and the busiest
+    expert's load over the even share."""
+    n_experts = len(log_popularity)
+    bias = torch.zeros(n_experts)
+    even = batch * top_k / n_experts
+    dropped, busiest = [], []
+    for _ in range(steps):
+        affinity = torch.sigmoid(torch.randn(batch, n_experts, generator=generator)
+                                 + log_popularity)
+        counts = expert_counts(biased_top_k(affinity, bias, top_k), n_experts)
+        dropped.append(dropped_tokens(counts, capacity_factor) / (batch * top_k))
+        busiest.append(max(counts) / even)
+        bias = update_bias(bias, counts, step_size)
+    return dropped, busiest

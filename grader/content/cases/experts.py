@@ -29,7 +29,7 @@ CASES: dict[str, list[Case | str]] = {
         f"moe_params({_MIXTRAL})",  # 46.7B and 12.9B
         "moe_params(16, 2048, 16, 16, 1024, 64, 8, 50304)",  # OLMoE-1B-7B: 6.9B and 1.3B
         "moe_params(48, 2048, 32, 4, 768, 128, 8, 151936, head_dim=128)",  # Qwen3-30B-A3B
-        "moe_params(61, 7168, 128, 128, 2048, 256, 8, 129280, n_shared_experts=1)",  # V3, simply
+        "moe_params(61, 7168, 128, 128, 2048, 256, 8, 129280, 1, head_dim=128)",  # V3, simply
         "moe_params(1, 8, 2, 1, 16, 4, 1, 10, 1, None, True)",
         "moe_params(3, 12, 3, 1, 7, 5, 5, 11, tied_embeddings=True)",  # top_k = n_experts
         "moe_params(2, 10, 4, 2, 3, 1, 1, 1, head_dim=3)",  # d_model not split: head_dim given
