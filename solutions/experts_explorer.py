@@ -126,7 +126,7 @@ def plan_html(plan: dict, n_experts: int, top_k: int, batch_size: int, ep_size: 
     ]
     fits = ("the bf16 weights fit" if plan["weights_fit"] else
             "the bf16 weights do not fit: more GPUs needed")
-    return ('<div class="ctc-experts" style="font-size:15px;line-height:1.5">'
+    return ('<div class="ctc-moe" style="font-size:15px;line-height:1.5">'
             '<table style="border-collapse:collapse;min-width:520px">' + "".join(rows)
             + f'</table><div data-fits="{str(plan["weights_fit"]).lower()}" '
             f'style="font-weight:bold;color:{"#007a33" if plan["weights_fit"] else "#b00020"}">'
@@ -168,9 +168,11 @@ def experts_explorer(models: dict[str, dict], gpu: dict, node: dict) -> widgets.
         if busy:
             return
         busy.append(True)
-        try:  # top_k and the GPUs cannot exceed the experts
-            top_k.options = [k for k in (1, 2, 4, 8, 16) if k <= experts.value]
-            ep.options = [n for n in (1, 2, 4, 8, 16, 32, 64) if n <= experts.value]
+        try:  # top_k and the GPUs cannot exceed the experts; new options keep the value
+            for widget, choices in ((top_k, (1, 2, 4, 8, 16)), (ep, (1, 2, 4, 8, 16, 32, 64))):
+                kept = widget.value
+                widget.options = [n for n in choices if n <= experts.value]
+                widget.value = min(kept, max(widget.options))
         finally:
             busy.clear()
         shape = models[model.value]
@@ -186,7 +188,7 @@ def experts_explorer(models: dict[str, dict], gpu: dict, node: dict) -> widgets.
         try:
             experts.value = shape["n_experts"]
             top_k.options = [k for k in (1, 2, 4, 8, 16) if k <= experts.value]
-            top_k.value = shape["top_k"]
+            top_k.value = shape["top_k"]  # the GPUs stay as they were (update keeps them)
         finally:
             busy.clear()
         update()

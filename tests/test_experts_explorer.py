@@ -106,10 +106,14 @@ def test_the_panel_shows_the_plan_of_its_controls() -> None:
     assert float(values["moe_tokens"]) == plan["moe_tokens"]
     controls["batch"].value = 64
     assert float(shown(panel)["touched"]) == expected_experts_touched(64, 8, 2)
+    controls["ep"].value = 8
     controls["experts"].value = 4  # top_k and the GPUs stay within the experts
-    assert controls["top-k"].options == (1, 2, 4) and max(controls["ep"].options) == 4
+    assert controls["top-k"].options == (1, 2, 4) and controls["ep"].options == (1, 2, 4)
+    assert (controls["top-k"].value, controls["ep"].value) == (2, 4)
     controls["model"].value = "DeepSeek-V3"  # a new model: its own experts and top_k
     assert (controls["experts"].value, controls["top-k"].value) == (256, 8)
+    assert controls["ep"].value == 4  # the GPUs as they were
+    controls["ep"].value = 2
     plan = moe_plan(MOE["DeepSeek-V3"], 256, 8, 64, controls["ep"].value, H100, NODE)
     assert float(shown(panel)["decode_bytes"]) == plan["decode_bytes"]
     assert 'data-fits="false"' in panel.children[-1].value  # 1.4 TB of weights on 2 GPUs

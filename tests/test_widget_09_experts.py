@@ -34,7 +34,7 @@ def lab(tmp_path_factory, browser):
 
 def shown(page, part: str) -> str:
     """A row of the panel: its exact value (data-value)."""
-    return page.locator(f".ctc-experts [data-part='{part}'] [data-value]").get_attribute(
+    return page.locator(f".ctc-moe [data-part='{part}'] [data-value]").get_attribute(
         "data-value")
 
 
@@ -50,7 +50,7 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     page = run_all(browser, base, token, "instructor", "widget-09",
                    notebook=LESSON.notebook.name)
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
-    panel = page.locator(".ctc-experts")
+    panel = page.locator(".ctc-moe")
     panel.wait_for(timeout=60_000)
     panel.scroll_into_view_if_needed()
 
@@ -70,5 +70,6 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     qwen = moe_plan(MODELS["Qwen3-30B-A3B"], 128, 8, 4, 2, H100, NODE)
     assert wait_for(page, "total", repr(qwen["total"])) == repr(qwen["total"])
     assert float(shown(page, "touched")) == qwen["touched"]
-    whole = page.locator(".jp-OutputArea-output").filter(has=page.locator(".ctc-experts"))
+    assert float(shown(page, "moe_tokens")) == qwen["moe_tokens"]  # still on 2 GPUs
+    whole = page.locator(".jp-OutputArea-output").filter(has=page.locator(".ctc-moe"))
     whole.screenshot(path=str(SCREENSHOTS / "widget-09-experts.png"))
