@@ -167,6 +167,11 @@ WRONG_ANSWERS = {
                      "def max_batch_size(gpu_bytes, n_params, context_len, kv_bytes_per_token,"
                      " bytes_per_param=2):"
                      "\n    return int(gpu_bytes // (context_len * kv_bytes_per_token))"),
+    # the capacity factor forgotten: every expert takes the even share
+    "09_experts": ("dropped_tokens",
+                   "def dropped_tokens(expert_counts, capacity_factor):"
+                   "\n    capacity = math.ceil(sum(expert_counts) / len(expert_counts))"
+                   "\n    return sum(max(0, c - capacity) for c in expert_counts)"),
 }
 
 

@@ -43,6 +43,8 @@ EXERCISES = {
     "08_inference": ["kv_cache_bytes", "generate_flops", "predicted_cache_bytes_after_generation",
                      "decode_intensity", "max_batch_size", "decode_tokens_per_second",
                      "prefill_seconds", "simulate_serving"],
+    "09_experts": ["moe_params", "moe_layer_flops", "expert_parallel_bytes", "dropped_tokens",
+                   "predicted_experts_touched", "expected_experts_touched", "moe_decode_bytes"],
 }
 
 

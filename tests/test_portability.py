@@ -30,6 +30,12 @@ from grader.grading import probe
 from grader.grading.probe import Exercise, Raises, judge
 from grader.grading.sandbox import bwrap_path
 from tests.grading_helpers import released_course
+from tests.test_experts import (
+    expected_experts_touched_by_logs,
+    expected_experts_touched_by_missing,
+    expert_parallel_bytes_by_share,
+    moe_decode_bytes_layer_by_layer,
+)
 from tests.test_inference import (
     decode_intensity_in_steps,
     decode_intensity_per_sequence,
@@ -350,6 +356,14 @@ ALTERNATIVES: dict[str, dict[str, list[Callable]]] = {
         "predicted_cache_bytes_after_generation": [385_024 * 1.008, 385_000],
         "prefill_seconds": [prefill_seconds_by_roofline, prefill_seconds_as_tokens],
         "simulate_serving": [simulate_in_fractions],
+    },
+    "09_experts": {
+        "expert_parallel_bytes": [expert_parallel_bytes_by_share],
+        "expected_experts_touched": [expected_experts_touched_by_logs,
+                                     expected_experts_touched_by_missing],
+        "moe_decode_bytes": [moe_decode_bytes_layer_by_layer],
+        # a prediction, graded within 5%: 4% above the answer, and e^(-Tk/E)'s 55.3 (2% below)
+        "predicted_experts_touched": [56.44370643064008 * 1.04, 64 * (1 - math.exp(-2))],
     },
 }
 
