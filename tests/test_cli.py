@@ -14,7 +14,8 @@ COMMANDS = {
     "export": [], "report": ["01_float_formats"], "review": ["01_float_formats"],
     "similarity": ["01_float_formats"], "deadlines": ["--check"],
     "lab": ["--smoke"], "variants": ["s001"], "roster": ["roster.csv"],
-    "demo": ["01_float_formats"], "progress": [], "worker": ["--broker", "redis://x:1/0", "--queue-key", "queue.key"],
+    "demo": ["01_float_formats"], "progress": [],
+    "worker": ["--broker", "redis://x:1/0", "--queue-key", "queue.key"],
 }
 
 
