@@ -239,34 +239,42 @@ def test_two_workers_on_one_machine_each_keep_their_long_submission(broker, tmp_
 
 def test_a_forged_result_on_the_broker_is_refused_and_the_submission_sent_again(
         broker, tmp_path) -> None:
-    """Someone who reaches the broker reads a queued task and stores results of their own under
-    its id before any worker runs it (one unsigned, in the form of a worker's reply; then, on
-    the task sent again, one with a made-up signature): the coordinator refuses each and sends
-    the submission again, and the grade is the one a real worker's signed result gives."""
+    """Someone who reaches the broker reads each queued task and writes a result of their own
+    under its id before any worker runs it: an unsigned one in the form of a worker's reply,
+    one with a made-up signature, a failure whose exception is a function of their choosing,
+    bytes that are not JSON (two of these for each of two students: their first tasks, then
+    the tasks sent again). The coordinator refuses each, says so, sends the submission again,
+    and stores the grade a real worker's signed result gives."""
     from grader.grading.distributed import make_app
 
-    expected = class_of(FLOATS, tmp_path / "class", students=1)
+    expected = class_of(FLOATS, tmp_path / "class", students=2)  # full, wrong
     app = make_app(broker)
+    client = app.backend.client
+    forgeries = [
+        lambda task: app.backend.store_result(task, {
+            "notebook": {}, "replies": {}, "lost": {}, "events": [], "seconds": 1.0,
+            "attempts": 1, "skipped": {}, "worker": "mallory"}, "SUCCESS"),
+        lambda task: app.backend.store_result(task, {"body": json.dumps({"error": "x"}),
+                                                     "mac": "0" * 64}, "SUCCESS"),
+        lambda task: client.set(f"celery-task-meta-{task}", json.dumps({
+            "status": "FAILURE", "task_id": task, "traceback": None, "children": [],
+            "result": {"exc_type": "system", "exc_module": "os", "exc_message": ["true"]}})),
+        lambda task: client.set(f"celery-task-meta-{task}", b"\x80not json"),
+    ]
     coordinator = start_coordinator(broker, tmp_path)
     forged: list[str] = []
     log = tmp_path / "worker.log"
     worker = None
     try:
         deadline = time.monotonic() + 300
-        while len(forged) < 2 and time.monotonic() < deadline:
-            for raw in app.backend.client.lrange("celery", 0, -1):
+        while len(forged) < len(forgeries) and time.monotonic() < deadline:
+            for raw in client.lrange("celery", 0, -1):
                 task = json.loads(raw)["headers"]["id"]
-                if task in forged:
-                    continue
-                fake = ({"notebook": {}, "replies": {}, "lost": {}, "events": [],
-                         "seconds": 1.0, "attempts": 1, "skipped": {}, "worker": "mallory"}
-                        if not forged else
-                        {"body": json.dumps({"error": "x"}), "mac": "0" * 64})
-                app.backend.store_result(task, fake, "SUCCESS")
-                forged.append(task)
-                break
+                if task not in forged:
+                    forgeries[len(forged)](task)
+                    forged.append(task)
             time.sleep(0.1)
-        assert len(forged) == 2, "no task to forge a result for"
+        assert len(forged) == len(forgeries), "no task to forge a result for"
         worker = start_worker(broker, log, tmp_path / "course")
         out, err = coordinator.communicate(timeout=600)
     finally:
@@ -275,8 +283,8 @@ def test_a_forged_result_on_the_broker_is_refused_and_the_submission_sent_again(
         if coordinator.poll() is None:
             coordinator.kill()
     assert coordinator.returncode == 0, err
-    assert out.count("is not signed with this course's queue key") == 2, out
-    assert "1 graded, 0 needs_review, 0 invalid of 1" in out, out
+    assert out.count("is not signed with this course's queue key") == 4, out
+    assert "2 graded, 0 needs_review, 0 invalid of 2" in out, out
     grader("export", "--course-dir", tmp_path / "course", "--csv", tmp_path / "g.csv")
     got = read_export(tmp_path / "g.csv")
     assert {s: float(r["score"]) for (s, _), r in got.items()} == expected

@@ -144,7 +144,7 @@ def term(tmp_path_factory, shared_tmp):
     shown = grader("review", LESSON.name, dana, "--course-dir", course).stdout
     listed = grader("review", LESSON.name, "--course-dir", course).stdout
     accept = grader("review", LESSON.name, "--accept-all", "--reason", "default numbers",
-                    "--reason", "another student id", "--course-dir", course)
+                    "--reason", "in place of", "--course-dir", course)
     grader("export", "--course-dir", course, "--csv", tmp / "before.csv")
     # ... then she hands in a copy of a Moodle student's notebook: the accept was not of it.
     submit(folders, dana, worked(student, key, emails[0]), NOTEBOOK)
@@ -330,6 +330,17 @@ def test_a_roster_that_maps_one_id_two_ways_is_refused_with_the_rows_named(tmp_p
     for read in (read_roster, read_people):
         with pytest.raises(CourseError, match=r"'ana' twice, in two ways \(lines 2 and 4\)"):
             read(doubled)
+    for text, message in [
+            ("student_id,email\n", "holds no student"),
+            ("student_id,email,email\nana,a@x,b@x\n", "names the column 'email' twice"),
+            ("student_id,email\nana,a@x\x00\n", "NUL character"),
+            ("student_id,email\nana," + "a" * 250 + "@x\n", "longer than 200 characters"),
+            ("student_id,email\nana,a\x1b[2J@x\n", "control characters")]:
+        doubled.write_text(text)
+        with pytest.raises(CourseError, match=message):
+            read_people(doubled)
+    doubled.write_text("student_id;email\nana;a@x\n")  # a spreadsheet's semicolons
+    assert read_people(doubled)[0][0].ids == (("email", "a@x"),)
     shared = tmp_path / "shared.csv"
     shared.write_text("student_id,lms_id\nana,101\nbo,101\n")
     with pytest.raises(CourseError, match=r"lms_id '101' to two students, 'ana' \(.*line 2\) "
@@ -353,20 +364,24 @@ def test_the_stored_roster_refuses_an_id_for_two_students_across_files(tmp_path)
     canvas = tmp_path / "gradebook.csv"
     canvas.write_text("Student,ID,SIS User ID,SIS Login ID,Section\n"
                       "\"Lovelace, Ada\",101,S1,ada,A\n\"Roe, Rick\",102,S2,rick,A\n")
-    assert store_roster(course.db_url, read_people(canvas)) == (2, 6)
-    assert store_roster(course.db_url, read_people(canvas)) == (0, 0)  # again: nothing new
+    assert store_roster(course.db_url, read_people(canvas)[0]) == (2, 8)  # course, 3 ids each
+    assert store_roster(course.db_url, read_people(canvas)[0]) == (0, 0)  # again: nothing new
     ours = tmp_path / "ours.csv"
     ours.write_text("student_id,lms_id\nrick,101\n")  # Canvas's 101 is ada's
     with pytest.raises(CourseError, match=r"the Canvas user id '101' to two students: 'ada' "
                                           r"\(.*gradebook.csv, line 2\) and 'rick'"):
-        store_roster(course.db_url, read_people(ours))
+        store_roster(course.db_url, read_people(ours)[0])
     assert read_roster(course.db_url).ids[("canvas", "101")] == "ada"  # nothing stored
     worksheet = tmp_path / "w.csv"
     worksheet.write_text(WORKSHEET_HEADER + "Participant 5,Ada,ada@uni.fr,,,10,Yes,-,-\n")
     with pytest.raises(CourseError, match="--lesson LESSON"):
         read_people(worksheet)
+    wrong = tmp_path / "wrong-lesson.csv"  # first given for the wrong lesson by mistake
+    wrong.write_text(WORKSHEET_HEADER + "Participant 9,Ada,ada@uni.fr,,,10,Yes,-,-\n")
+    store_roster(course.db_url, read_people(wrong, lesson=LESSON.name)[0])
     store_roster(course.db_url, read_people(worksheet, course_id="email",
-                                            lesson=LESSON.name))
+                                            lesson=LESSON.name)[0])  # the right one replaces it
+    assert read_roster(course.db_url).find("moodle", "9", "", LESSON.name)[0] == set()
     roster = read_roster(course.db_url)
     assert roster.find("moodle", "5", "", LESSON.name) == ({"ada@uni.fr"},
                                                            f"Moodle participant 5 of "
@@ -440,3 +455,154 @@ def test_feedback_waits_for_every_due_date_and_extension_unless_told(term) -> No
         grader("feedback", LESSON.name, "--course-dir", course)  # all due: made
     finally:
         deadlines.unlink(missing_ok=True)
+
+
+def test_a_canvas_row_without_the_course_id_is_left_out_and_named(tmp_path) -> None:
+    from grader.intake.rosters import read_people
+
+    canvas = tmp_path / "gradebook.csv"
+    canvas.write_text("Student,ID,SIS User ID,SIS Login ID,Section\n"
+                      "\"Lovelace, Ada\",101,S1,ada,A\n\"Student, Test\",999,,,A\n")
+    people, left_out = read_people(canvas)
+    assert [p.course_id for p in people] == ["ada"]
+    assert left_out == ["line 3 (Student, Test): no sis_login_id"]
+
+
+def test_an_email_is_one_student_however_it_is_typed(tmp_path) -> None:
+    """A roster's "Anna.M@Uni.de" and the lab's "anna.m@uni.de" draw the same numbers, and a
+    notebook that records one is not flagged as drawn for the other."""
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from grader.content.variants import lesson_draw
+    from grader.grading.autograde import drawn_elsewhere
+
+    key = bytes(range(32))
+    upper, lower = lesson_draw(key, LESSON, "Anna.M@Uni.de"), lesson_draw(key, LESSON,
+                                                                          "anna.m@uni.de")
+    assert upper == lower and upper.student == "anna.m@uni.de"
+    nb = new_notebook(cells=[new_code_cell("", outputs=[new_output(
+        "display_data", data={"text/plain": "x"}, metadata={"counting_the_cost": {"variant": {
+            "exercise": f"{LESSON.name}/{PREDICTION}", "student": "ANNA.M@uni.de",
+            "index": upper.variants[PREDICTION], "course": upper.course}}})])])
+    assert drawn_elsewhere(nb, LESSON, upper) == []
+
+
+def test_a_decision_settles_nothing_of_a_later_notebook_or_of_no_notebook() -> None:
+    from grader.gradebook.decisions import replay
+
+    def state(*rows):
+        return replay([{"lesson": "l", "student_id": "s", "exercise": "", "points": None,
+                        "computed": None, "note": "", "at": float(i), "by": "me",
+                        "action": action, "notebook_sha256": sha}
+                       for i, (action, sha) in enumerate(rows)])[("l", "s")]
+
+    accepted = state(("accept", "aaa"))
+    assert accepted.resolved_for("aaa") and not accepted.made_elsewhere("aaa")
+    assert not accepted.resolved_for("bbb") and accepted.made_elsewhere("bbb")
+    assert not accepted.resolved_for("")  # a later hand-in with no notebook: still invalid
+    assert state(("accept", "")).resolved_for("bbb")  # a decision the log did not tie
+    total = state(("total", "aaa"))
+    assert total.made_elsewhere("bbb")  # a score set on another notebook asks for a look
+
+
+def _handin(student: str, **fields):
+    from grader.intake.handins import Handin
+
+    return Handin(student, notebook=Path("x.ipynb"), **fields)
+
+
+def test_two_hand_ins_of_one_download_for_one_course_id_are_both_flagged(tmp_path) -> None:
+    from grader.gradebook.identity import identify
+
+    course, _ = _course(tmp_path / "course")
+    eve = _handin("bob", email="eve@uni.edu", download_name="submission_2")
+    bob = _handin("bob2", email="bob@uni.edu", download_name="submission_3")
+    bob.course_id = "bob"
+    alone = _handin("cy", download_name="submission_4")
+    identify(course, LESSON.name, "gradescope", [eve, bob, alone], varies=True)
+    # no roster: each stands for its own SID; only eve's and a hand-in mapped to "bob" clash
+    assert eve.identity == [] and alone.identity == []
+    twins = [_handin("bob", download_name="submission_5"),
+             _handin("bob", download_name="submission_6")]
+    identify(course, LESSON.name, "folders", twins, varies=True)
+    assert all("2 hand-ins of this download stand for the course id 'bob'" in h.identity[0]
+               for h in twins)
+
+
+def test_a_new_hand_in_under_an_id_graded_for_someone_else_is_flagged(tmp_path) -> None:
+    from grader.gradebook.identity import identify_handins
+
+    course, _ = _course(tmp_path / "course")
+    eve = _handin("bob", email="eve@uni.edu", name="Eve", download_name="submission_1")
+    stored = {"bob": {"from": "folders", "name": "Bob", "email": ""}}
+    identify_handins(course, LESSON, "gradescope", [eve], stored, varies=True, regrade=False)
+    assert "was graded before from another download (folders, for Bob)" in eve.identity[0]
+    same = _handin("bob", name="Bob")
+    identify_handins(course, LESSON, "folders", [same], stored, varies=True, regrade=False)
+    assert same.identity == []
+
+
+def test_a_groups_notebook_with_no_record_of_whose_numbers_asks_for_a_look(tmp_path) -> None:
+    from grader.gradebook.identity import draw_student
+
+    path = tmp_path / NOTEBOOK
+    nbformat.write(nbformat.v4.new_notebook(), path)
+    record = {"course_id": "una", "group": ["dos", "una"]}
+    whose, why = draw_student(record, "una", path)
+    assert whose == "una" and "records no member's numbers" in why
+    assert draw_student({"course_id": "una"}, "una", path) == ("una", "")
+
+
+def test_a_keyless_course_refuses_hand_ins_drawn_with_a_key_and_takes_it_back(
+        tmp_path) -> None:
+    """Hand-ins that record a course's key, in a course that has none: the key was lost
+    (before the gradebook kept its fingerprint): refused, and the key restored is taken."""
+    from grader.content.variants import KEY_FILE, course_key, fingerprint
+    from grader.gradebook.coursestate import (
+        FINGERPRINT,
+        KEYLESS,
+        refuse_keyless_grading,
+        write_state,
+    )
+
+    course, _ = _course(tmp_path / "course")
+    key = course_key(tmp_path / "elsewhere", create=True)
+    mark = fingerprint(key)
+    notebooks = []
+    for student in ("ana", "bo"):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[
+            nbformat.v4.new_output("display_data", data={"text/plain": "x"}, metadata={
+                "counting_the_cost": {"variant": {"exercise": "e", "student": student,
+                                                  "index": 1, "course": mark}}})])])
+        notebooks.append(tmp_path / f"{student}.ipynb")
+        nbformat.write(nb, notebooks[-1])
+    write_state(course.db_url, FINGERPRINT, KEYLESS)
+    with pytest.raises(CourseError, match=f"2 of these hand-ins were worked with a key whose "
+                                          f"fingerprint is {mark}"):
+        refuse_keyless_grading(course, notebooks)
+    (course.root / KEY_FILE).write_bytes(key)
+    (course.root / KEY_FILE).chmod(0o600)
+    assert course.key() == key  # restored: the fingerprint the hand-ins named
+    refuse_keyless_grading(course, [*notebooks[:1], tmp_path / "none.ipynb"])  # one alone
+
+
+def test_the_hub_draws_for_the_course_id_the_roster_gives_its_user(tmp_path) -> None:
+    from grader.content.variants import course_key, lab_variants
+    from grader.gradebook.identity import hub_variants, store_roster
+    from grader.intake.rosters import Person
+
+    course, _ = _course(tmp_path / "course")
+    key = course.key(create=True)
+    assert key == course_key(course.root)
+    store_roster(course.db_url, [Person("hu0@uni.edu", ids=(("username", "hu0"),))])
+    assert json.loads(hub_variants(course.root, "hu0")) == json.loads(
+        lab_variants(key, "hu0@uni.edu"))
+    assert json.loads(hub_variants(course.root, "other")) == json.loads(
+        lab_variants(key, "other"))
+
+
+def test_extensions_may_name_a_student_by_course_id() -> None:
+    from grader.gradebook.deadlines import match_student
+
+    known = {"5001": {"name": "Ada", "email": "", "lms_id": "", "course_id": "ada@uni.fr"}}
+    assert match_student("Ada@Uni.fr", known) == (["5001"], "course id")

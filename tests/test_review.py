@@ -371,6 +371,14 @@ def test_accept_all_settles_only_the_flags_whose_every_reason_is_the_expected_on
     assert "left open, another reason besides (or invalid): both, broken" in said[-1]
     with pytest.raises(CourseError, match=r"no open needs_review flag.*the open reasons are"):
         accept_all(course, LESSON, "no such reason", None, "prof_x")
+    with pytest.raises(CourseError, match="would match almost any reason"):
+        accept_all(course, LESSON, ["file system", "s"], None, "prof_x")
+    # each of "both"'s reasons is one of them now (the stub's grades stay as they were, so
+    # the two accepted above are counted again)
+    assert accept_all(course, LESSON, ["file system", "in place of"], None, "prof_x") == 4
+    decided = states(course.db_url, LESSON.name)
+    assert {s for (_, s), state in decided.items() if state.accepted} == {
+        "renamed", "renamed2", "both", "files"}
     root = tmp_path / "cli"
     for args in (("--accept-all",), ("--reason", "x"), ("s1", "--accept-all", "--reason", "x"),
                  ("--accept-all", "--reason", "x", "--set", "decode=1")):

@@ -60,18 +60,17 @@ def student_variants(spawner) -> str:
         spawner.log.error("CTC_COURSE_DIR=%s is not a folder: create the course folder "
                           "(deploy/hub/README.md) or set CTC_COURSE_DIR", COURSE_DIR)
         raise RuntimeError("the course is not set up yet: tell your instructor")
-    # The key as the gradebook knows it (grader/gradebook/coursestate.py): one lost or not the
-    # gradebook's is refused, never replaced; read only, the instructor's commands record it.
+    # The key as the course's gradebook knows it (grader/gradebook/coursestate.py): one lost or
+    # not the gradebook's is refused, never replaced; the numbers are drawn for the user's course
+    # id (the roster's); read only: the instructor's commands record what they find.
     code = ("import os, sys; from pathlib import Path; "
-            "from grader.content.variants import KEY_FILE, lab_variants, kernel_variants; "
-            "from grader.gradebook.coursedir import CourseDir; "
-            "from grader.gradebook.coursestate import checked_key; "
+            "from grader.content.variants import KEY_FILE; "
+            "from grader.gradebook.identity import hub_variants; "
             "root = Path(sys.argv[1]); made = not (root / KEY_FILE).exists(); "
-            "course = CourseDir(root, log=lambda _: None, write_config=False); "
-            "key = checked_key(course, create=True, record=False); "
-            "made and key and os.chown(root / KEY_FILE, root.stat().st_uid, "
-            "root.stat().st_gid); "
-            "print(lab_variants(key, sys.argv[2]) if key else kernel_variants(None, {}))")
+            "given = hub_variants(root, sys.argv[2]); "
+            "made and (root / KEY_FILE).exists() and os.chown(root / KEY_FILE, "
+            "root.stat().st_uid, root.stat().st_gid); "
+            "print(given)")
     done = subprocess.run([str(VENV / "bin" / "python"), "-I", "-c", code, str(COURSE_DIR),
                            spawner.user.name], capture_output=True, text=True, timeout=120)
     if done.returncode != 0:  # the server must not start with other numbers than the grader's

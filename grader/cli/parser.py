@@ -88,9 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                                        "exchange with --exchange)")
     release.add_argument("lessons", nargs="*", metavar="LESSON")
     release.add_argument("--new-key", action="store_true",
-                         help="give the course a new key (variants.key): every student's "
-                              "numbers change from then on (for a course released before keys "
-                              "existed, or one whose key is lost for good)")
+                         help="give the course a new key (variants.key; one there is kept "
+                              "aside as variants.key.FINGERPRINT.old): every student's numbers "
+                              "change from then on (for a course released before keys existed, "
+                              "or one whose key is lost for good)")
 
     collect = commands.add_parser(
         "collect", parents=[common, exchange], help="collect submissions from the exchange",

@@ -53,8 +53,15 @@ def course_key(root: Path, create: bool = False) -> bytes | None:
                     "every student other variants")
 
 
+def canonical(student_id: str) -> str:
+    """A student id as numbers are drawn for it: an e-mail in lower case (one address however
+    it is typed: the roster's "Anna.M@Uni.de" and the lab's "anna.m@uni.de" are one student),
+    any other id as it is."""
+    return student_id.strip().lower() if "@" in student_id else student_id
+
+
 def _number(key: bytes, lesson: str, exercise: str, student_id: str) -> int:
-    message = "/".join((lesson, exercise, student_id)).encode()
+    message = "/".join((lesson, exercise, canonical(student_id))).encode()
     return int.from_bytes(hmac.new(key, message, hashlib.sha256).digest(), "big")
 
 
@@ -125,6 +132,7 @@ def lesson_draw(key: bytes | None, lesson: Lesson, student: str) -> Draw:
     """What ``student`` answers in ``lesson`` under the course's ``key`` (defaults without one)."""
     if key is None:
         return Draw(lesson.name, None)
+    student = canonical(student)
     variants = {name: draw(key, lesson.name, name, student, len(spec.choices))
                 for name, spec in variants_of(lesson).items()}
     seeds = {name: seed(key, lesson.name, name, student) for name in drawn_of(lesson)}
@@ -146,7 +154,8 @@ def kernel_variants(student: str | None, draws: dict[str, dict[str, int]],
                     course: str = "") -> str:
     """The value of ``CTC_VARIANTS``: the student's id, each lesson's drawn variants and the
     fingerprint of the key they were drawn with."""
-    return json.dumps({"student": student, "course": course, "draws": {
+    return json.dumps({"student": student if student is None else canonical(student),
+                       "course": course, "draws": {
         f"{lesson}/{exercise}": index for lesson, by_exercise in sorted(draws.items())
         for exercise, index in sorted(by_exercise.items())}}, sort_keys=True)
 

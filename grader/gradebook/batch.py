@@ -37,6 +37,7 @@ from grader.gradebook import deadlines as deadlines_mod
 from grader.gradebook import ledger
 from grader.gradebook import store as storage
 from grader.gradebook import times as stored_times
+from grader.gradebook.coursestate import refuse_keyless_grading
 from grader.gradebook.grades import _iso
 from grader.gradebook.identity import draw_student, identify_handins
 from grader.grading.autograde import Graded, grade_submission
@@ -115,9 +116,13 @@ def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
                 course.log(f"note: the submission times could not be stored "
                            f"({type(error).__name__}: {inert(str(error), 200)}); no late "
                            "penalty can be computed for this batch")
-        before = course.statuses(lesson.name).get(lesson.name, {}) if keep_handins else {}
+        before = course.statuses(lesson.name).get(lesson.name, {})
         kept = {h.student_id: before.get(h.student_id, {}).get("handin") or {} for h in handins}
-        identify_handins(course, lesson, layout, handins, kept, varies)
+        identify_handins(course, lesson, layout, handins, kept, varies, keep_handins)
+        if key is None and variants_of(lesson):
+            refuse_keyless_grading(course, [h.notebook for h in handins if h.notebook])
+        if not keep_handins:
+            kept = {}
         course.handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
         for handin in handins:  # a regrade: what the download said of it, its flags included
             if kept[handin.student_id]:
@@ -257,9 +262,11 @@ def receive(course, lesson: Lesson, handin: Handin, key: bytes | None = None,
             copy_exchange_files(handin.notebook.parent, target)  # feedback's secret
         digest = hashlib.sha256(copy.read_bytes()).hexdigest()
         record = course.handins.get(lesson.name, {}).get(name, {})
-        drawn = lesson_draw(key, lesson, draw_student(record, name, copy))
+        whose, why = draw_student(record, name, copy)
+        drawn = lesson_draw(key, lesson, whose)
         if len(record.get("group") or []) > 1:
             drawn = replace(drawn, group=tuple(record["group"]))
+            reasons += [why] if why and key is not None else []
     except OSError as error:
         if is_disk_error(error):  # our disk, not the student's file
             raise Unavailable(f"the disk holding {course.root} cannot be written",

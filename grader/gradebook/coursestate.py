@@ -73,33 +73,64 @@ def _variant_lessons_released(course) -> list[str]:
 
 
 def _recorded_fingerprints(root: Path) -> set[str]:
-    """The key fingerprints the graded notebooks of the course record (their variant cells'
-    output): a course whose notebooks name one had a key."""
+    """The key fingerprints the course's graded and handed-in notebooks record (their
+    variant cells' output): a course whose notebooks name one had a key."""
     found: set[str] = set()
-    for path in sorted((root / "autograded").glob("*/*/*.ipynb"))[:2000]:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        if '"counting_the_cost"' not in text:
-            continue
-        try:
-            nb = json.loads(text)
-        except ValueError:
-            continue
-        for cell in nb.get("cells", []):
-            for output in cell.get("outputs", []) if isinstance(cell, dict) else []:
-                mark = (output.get("metadata") or {}).get("counting_the_cost", {}) \
-                    if isinstance(output, dict) else {}
-                shown = mark.get("variant") if isinstance(mark, dict) else None
-                if isinstance(shown, dict) and isinstance(shown.get("course"), str) \
-                        and shown["course"]:
-                    found.add(shown["course"][:40])
+    for folder in ("autograded", "submitted"):
+        for path in sorted((root / folder).glob("*/*/*.ipynb"))[:2000]:
+            found |= notebook_fingerprints(path)
     return found
 
 
-def restore_message(root: Path, stored: str) -> str:
-    return (f"{root / KEY_FILE} is missing, and this course's gradebook was graded with a key "
+def notebook_fingerprints(path: Path) -> set[str]:
+    """The key fingerprints one notebook's variant cells record (none where it cannot be
+    read)."""
+    try:
+        if path.stat().st_size > 50 * 2**20:
+            return set()
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    if '"counting_the_cost"' not in text:
+        return set()
+    try:
+        nb = json.loads(text)
+    except (ValueError, RecursionError):
+        return set()
+    found: set[str] = set()
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    for cell in cells if isinstance(cells, list) else []:
+        outputs = cell.get("outputs") if isinstance(cell, dict) else None
+        for output in outputs if isinstance(outputs, list) else []:
+            meta = output.get("metadata") if isinstance(output, dict) else None
+            mark = meta.get("counting_the_cost") if isinstance(meta, dict) else None
+            shown = mark.get("variant") if isinstance(mark, dict) else None
+            if isinstance(shown, dict) and isinstance(shown.get("course"), str) \
+                    and shown["course"]:
+                found.add(shown["course"][:40])
+    return found
+
+
+def refuse_keyless_grading(course, notebooks: list[Path]) -> None:
+    """A course with no key grades everyone on the default numbers: refused where the hand-ins
+    themselves say they were drawn with a course's key (a fingerprint that two of them, or the
+    only one, record): that key was lost, and must be restored (and is then taken back,
+    although the course was taken for keyless a moment ago)."""
+    from collections import Counter
+
+    counts = Counter(mark for path in notebooks for mark in notebook_fingerprints(path))
+    if counts:
+        mark, n = counts.most_common(1)[0]
+        if n >= min(2, len(notebooks)):
+            if course.has_gradebook() and read_state(course.db_url, FINGERPRINT) == KEYLESS:
+                write_state(course.db_url, FINGERPRINT, mark, replace=True)
+            raise CourseError(restore_message(course.root, mark,
+                                              f"{n} of these hand-ins were worked with a key"))
+
+
+def restore_message(root: Path, stored: str,
+                    whose: str = "this course's gradebook was graded with a key") -> str:
+    return (f"{root / KEY_FILE} is missing, and {whose} "
             f"whose fingerprint is {stored}: restore that variants.key from a backup of the "
             "course directory (or copy it from the coordinator whose gradebook this is: "
             "coordinators sharing a database share the key, docs/many-machines.md). A new key "
@@ -122,11 +153,23 @@ def checked_key(course, create: bool = False, new: bool = False,
     def keep(value: str, replace: bool = False) -> str:
         return write_state(db, FINGERPRINT, value, replace) if record and db else value
 
-    if new:
-        key = key or course_key(root, create=True)
+    if new:  # a new key, whatever was there: the old one kept aside, and said
+        aside = ""
+        if key is not None:
+            aside = f"{KEY_FILE}.{fingerprint(key)}.old"
+            (root / KEY_FILE).rename(root / aside)
+        key = course_key(root, create=True)
         keep(fingerprint(key), replace=True)
+        course.log(f"a new key for the course, fingerprint {fingerprint(key)}"
+                   + (f" (the gradebook's was {stored})" if stored not in (None, KEYLESS)
+                      else "") + (f"; the old one kept as {aside}" if aside else "")
+                   + ": every student's numbers change from now on; give students on their "
+                     "own machines their new codes (python -m grader variants)")
         return key
     if stored == KEYLESS:
+        if key is not None and fingerprint(key) in _recorded_fingerprints(root):
+            keep(fingerprint(key), replace=True)  # the key it lost, restored
+            return key
         if key is not None:
             raise CourseError(f"this course was released before courses had keys, and "
                               f"{root / KEY_FILE} has appeared since: remove it (its students "
@@ -141,6 +184,9 @@ def checked_key(course, create: bool = False, new: bool = False,
             raise CourseError(_foreign(root, fingerprint(key), stored))
         return key
     if key is not None:  # made before the gradebook, or by an older version: adopted
+        seen = _recorded_fingerprints(root) if db else set()
+        if seen and fingerprint(key) not in seen:  # but not the key its notebooks were drawn with
+            raise CourseError(_foreign(root, fingerprint(key), ", ".join(sorted(seen))))
         kept = keep(fingerprint(key))
         if kept != fingerprint(key):
             raise CourseError(_foreign(root, fingerprint(key), kept))

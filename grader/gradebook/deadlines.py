@@ -418,12 +418,16 @@ def resolve(deadlines: Deadlines, people: dict[str, dict[str, dict]]) -> None:
 
 
 def match_student(text: str, known: dict[str, dict]) -> tuple[list[str], str]:
-    """The gradebook ids ``text`` names among ``known`` (id -> name, email, lms_id), and how:
-    the first of id, LMS id, e-mail, id in another case, name that names anyone."""
+    """The gradebook ids ``text`` names among ``known`` (id -> name, email, lms_id, course_id),
+    and how: the first of id, course id (the roster's), LMS id, e-mail, id in another case,
+    name that names anyone."""
     text = text.strip()
     folded = " ".join(text.split()).casefold()
     stages = (
         ("id", lambda sid, person: sid == text),
+        ("course id", lambda sid, person: bool(text) and (
+            str(person.get("course_id", "")) == text or ("@" in text
+            and str(person.get("course_id", "")).casefold() == folded))),
         ("lms_id", lambda sid, person: bool(text) and person.get("lms_id") == text),
         ("email", lambda sid, person: "@" in text
          and str(person.get("email", "")).strip().casefold() == folded),

@@ -16,7 +16,8 @@ from grader.gradebook.deadlines import Deadlines, Policy, load
 
 
 def people(db_url: str) -> dict[str, dict[str, dict]]:
-    """lesson -> gradebook id -> name, email, lms_id: every student graded, as their hand-in's
+    """lesson -> gradebook id -> name, email, lms_id, course_id: every student graded, as their
+    hand-in's
     download named them (for ``Deadlines.resolve``); nothing where no gradebook is readable."""
     from grader.gradebook import ledger
 
@@ -25,7 +26,7 @@ def people(db_url: str) -> dict[str, dict[str, dict]]:
     except Exception:  # no gradebook yet, or none readable: extensions stay as written
         return {}
     return {lesson: {student: {k: str((record.get("handin") or {}).get(k) or "")
-                               for k in ("name", "email", "lms_id")}
+                               for k in ("name", "email", "lms_id", "course_id")}
                      for student, record in students.items()}
             for lesson, students in statuses.items()}
 

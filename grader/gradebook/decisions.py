@@ -75,9 +75,15 @@ class State:
     def resolved_for(self, notebook_sha256: str) -> bool:
         """Whether a decision in force settles the flags of the notebook graded now: one made
         on that notebook (or on one the log did not name). A decision on an earlier hand-in
-        settles nothing of a later, different one (a copy handed in after an accept)."""
-        return any(d.action in RESOLVING and (not d.notebook_sha256 or not notebook_sha256
-                                              or d.notebook_sha256 == notebook_sha256)
+        settles nothing of a later, different one (a copy handed in after an accept, or no
+        notebook at all)."""
+        return any(d.action in RESOLVING and d.notebook_sha256 in ("", notebook_sha256)
+                   for d in self.in_force)
+
+    def made_elsewhere(self, notebook_sha256: str) -> bool:
+        """Whether a decision in force that sets or settles a score was made on another
+        notebook than the one graded now: its score stands, but it asks for a look."""
+        return any(d.action in RESOLVING and d.notebook_sha256 not in ("", notebook_sha256)
                    for d in self.in_force)
 
     def summary(self) -> str:

@@ -70,12 +70,14 @@ def grades(course) -> list[dict[str, object]]:
             if state.total is not None:
                 row["score"] = min(max(float(state.total.points or 0.0), 0.0),
                                    float(row["max_score"]))
-            if state.resolved_for(row.get("notebook_sha256", "")) and row["status"] != "graded":
-                row["status"] = "graded"
-            elif state.resolved and row["status"] != "graded":
+            current = str(row.get("notebook_sha256", ""))
+            if state.made_elsewhere(current):  # a later hand-in: looked at again
+                row["status"] = "needs_review" if row["status"] == "graded" else row["status"]
                 row["reason"] = "; ".join(x for x in (
                     str(row["reason"]), "the review decision was made on an earlier notebook "
                     "than this one: look at this one") if x)
+            elif state.resolved_for(current) and row["status"] != "graded":
+                row["status"] = "graded"
     apply_deadlines(course, rows)
     return rows
 

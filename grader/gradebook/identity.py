@@ -28,6 +28,7 @@ from sqlalchemy import select
 
 from grader.common.errors import CourseError
 from grader.common.text import inert, valid_student_id
+from grader.content.variants import canonical
 from grader.gradebook import ledger
 from grader.intake.rosters import GENERIC, Person
 
@@ -85,11 +86,15 @@ def read_roster(db_url: str) -> Roster:
 
 def store_roster(db_url: str, people: list[Person], replace: bool = False) -> tuple[int, int]:
     """Add ``people`` to the stored roster in one transaction, or with ``replace`` put them in
-    its place. Refused, with the rows named, where an id would stand for two students, or a
-    student would get a second id of one kind: nothing is stored then. Returns (students new
-    or with new ids, ids added)."""
+    its place. A Moodle worksheet lists every participant of its assignment: the lesson's
+    participant ids it gives replace the ones stored (a worksheet given for the wrong lesson
+    is mended by giving the right one). Refused, with the rows named, where an id would stand
+    for two students, or a student would get a second id of one kind: nothing is stored then.
+    Returns (students new or with new ids, ids added)."""
     table = ledger.ROSTER
     current = Roster() if replace else read_roster(db_url)
+    renewed = {kind for person in people for kind, _ in person.ids if kind.startswith("moodle:")}
+    current.ids = {k: v for k, v in current.ids.items() if k[0] not in renewed}
     owner = dict(current.ids)
     sources = dict(current.sources)
     held: dict[tuple[str, str], set[str]] = {}  # (course id, kind) -> values
@@ -110,8 +115,8 @@ def store_roster(db_url: str, people: list[Person], replace: bool = False) -> tu
             values = held.setdefault((person.course_id, kind), set())
             if kind != "course" and values and value not in values:
                 raise CourseError(
-                    f"{inert(person.course_id, 60)!r} would have two {_said(kind, '')}s, "
-                    f"{inert(sorted(values)[0], 60)!r} and {inert(value, 60)!r} "
+                    f"{inert(person.course_id, 60)!r} would have two ids of one kind: "
+                    f"{_said(kind, sorted(values)[0])} and {inert(value, 60)!r} "
                     f"({person.where}): correct the file (or give the whole roster again with "
                     "--replace)")
             if other is None:
@@ -125,6 +130,8 @@ def store_roster(db_url: str, people: list[Person], replace: bool = False) -> tu
     with ledger.engine(db_url).begin() as connection:
         if replace:
             connection.execute(table.delete())
+        for kind in renewed:
+            connection.execute(table.delete().where(table.c.kind == kind))
         for row in rows:
             connection.execute(table.insert().values(**row))
     return len(changed), len(rows)
@@ -174,9 +181,9 @@ def identify(course, lesson: str, layout: str, handins: list, varies: bool) -> N
         lms_id = handin.lms_id or handin.student_id
         owners, how = roster.find(layout, lms_id, handin.email, lesson)
         if len(owners) == 1:
-            handin.course_id, found_any = next(iter(owners)), True
+            handin.course_id, found_any = canonical(next(iter(owners))), True
             continue
-        handin.course_id = handin.student_id
+        handin.course_id = canonical(handin.student_id)
         if len(owners) > 1:
             if varies:
                 handin.identity.append(
@@ -209,13 +216,37 @@ def identify(course, lesson: str, layout: str, handins: list, varies: bool) -> N
             ids = sorted({h.course_id for h in group})
             for handin in group:
                 handin.group = ids
+    _one_hand_in_per_id(handins, varies)
 
 
-def identify_handins(course, lesson, layout: str, handins: list,
-                     kept: dict[str, dict], varies: bool) -> None:
-    """Each hand-in's course id and group (grader/gradebook/identity.py); a regrade's as its
-    first download came (``kept``: the stored record of each), with the roster as it is now."""
+def _one_hand_in_per_id(handins: list, varies: bool) -> None:
+    """Two hand-ins of one download that stand for one course id (outside one group): two
+    people under one id (a SID a student typed as a classmate's), never merged: both are
+    flagged, each graded on that id's numbers."""
+    if not varies:
+        return
+    by_id: dict[str, list] = {}
+    for handin in handins:
+        by_id.setdefault(handin.course_id, []).append(handin)
+    for course_id, own in by_id.items():
+        if len({h.download_name or h.student_id for h in own}) > 1 and not all(
+                h.group and course_id in h.group for h in own):
+            others = sorted(h.student_id for h in own)
+            for handin in own:
+                handin.identity.append(
+                    f"{len(own)} hand-ins of this download stand for the course id "
+                    f"{inert(course_id, 60)!r} ({inert(', '.join(others), 200)}): two people "
+                    "under one id? each is graded on that id's numbers; look at both")
+
+
+def identify_handins(course, lesson, layout: str, handins: list, stored: dict[str, dict],
+                     varies: bool, regrade: bool) -> None:
+    """Each hand-in's course id and group; a regrade's (``regrade``) as its first download came
+    (``stored``: the stored record of each hand-in), with the roster as it is now. A new
+    hand-in under an id whose stored grade came from another download for someone else (a
+    Gradescope SID typed as a classmate's folder name) is flagged: never merged."""
     by_layout: dict[str, list] = {}
+    kept = stored if regrade else {}
     for handin in handins:
         record = kept.get(handin.student_id) or {}
         if record:
@@ -229,16 +260,28 @@ def identify_handins(course, lesson, layout: str, handins: list,
         group = (kept.get(handin.student_id) or {}).get("group")
         if not handin.group and isinstance(group, list) and len(group) > 1:
             handin.group = [str(g) for g in group if isinstance(g, str)]
+        earlier = stored.get(handin.student_id) or {}
+        if regrade or not varies or earlier.get("from") in (None, layout):
+            continue
+        was = str(earlier.get("email") or earlier.get("name") or "").casefold()
+        now = str(handin.email or handin.name).casefold()
+        if was and now and was != now:
+            handin.identity.append(
+                f"its id {inert(handin.student_id, 60)!r} was graded before from another "
+                f"download ({inert(earlier.get('from'), 20)}, for "
+                f"{inert(earlier.get('name') or earlier.get('email'), 60)}): two people under "
+                "one id? this grade replaces that one; look at both")
 
 
-def draw_student(handin_record: dict, student_id: str, notebook) -> str:
+def draw_student(handin_record: dict, student_id: str, notebook) -> tuple[str, str]:
     """Whose numbers a hand-in is graded on: its student's course id; for a group's hand-in,
     the member whose numbers the notebook records it was worked on (the one most of its
-    variant cells name), else its own."""
-    own = str(handin_record.get("course_id") or student_id)
+    variant cells name), else its own, with a reason to look (a group's notebook whose outputs
+    were cleared: its members may lose the prediction to numbers it was not worked on)."""
+    own = str(handin_record.get("course_id") or canonical(student_id))
     group = handin_record.get("group") or []
     if len(group) < 2:
-        return own
+        return own, ""
     from collections import Counter
 
     import nbformat
@@ -246,11 +289,15 @@ def draw_student(handin_record: dict, student_id: str, notebook) -> str:
     from grader.grading.autograde import recorded_variants
 
     try:
-        named = Counter(student for _, student, _, _ in recorded_variants(
-            nbformat.read(notebook, as_version=4)) if student in group)
+        named = Counter(canonical(student) for _, student, _, _ in recorded_variants(
+            nbformat.read(notebook, as_version=4)) if student and canonical(student) in group)
     except Exception:  # an unreadable notebook: grading says so
-        return own
-    return named.most_common(1)[0][0] if named else own
+        return own, ""
+    if named:
+        return named.most_common(1)[0][0], ""
+    return own, ("a group's hand-in (" + inert(", ".join(group), 200) + ") whose notebook "
+                 "records no member's numbers (its outputs cleared?): each member is graded on "
+                 "their own numbers; look at the prediction")
 
 
 def course_ids(course) -> list[str]:
@@ -267,11 +314,19 @@ def roster_command(course, files: list, lesson: str | None, course_id: str | Non
     from grader.intake.rosters import read_people
 
     if files:
-        people = [p for path in files for p in read_people(path, course_id, lesson)]
+        people, left_out = [], []
+        for path in files:
+            found, skipped = read_people(path, course_id, lesson)
+            people += found
+            left_out += [f"{path.name} {line}" for line in skipped]
         students, ids = store_roster(course.db_url, people, replace)
         course.log(f"roster: {len(people)} student(s) read from {len(files)} file(s); "
                    f"{students} new or with new ids, {ids} id(s) added"
                    + (" (the roster replaced)" if replace else ""))
+        if left_out:
+            course.log(f"left out, with no course id ({len(left_out)}: a test student, or "
+                       "choose another column with --course-id): "
+                       + inert("; ".join(left_out[:20]), 2000))
     elif replace or lesson or course_id:
         raise CourseError("--replace, --lesson and --course-id go with the roster FILE(s) they "
                           "read: python -m grader roster FILE ...")
@@ -292,3 +347,36 @@ def roster_command(course, files: list, lesson: str | None, course_id: str | Non
         lines.append(f"  {inert(person, 100)}{name}: "
                      + inert(", ".join(by_person.get(person, [])) or "-", 500))
     course.log("\n".join(lines))
+
+
+def hub_variants(root, user: str) -> str:
+    """``CTC_VARIANTS`` for a JupyterHub user's server: their numbers in every lesson, drawn
+    for their course id (the roster's, where it maps the hub user name; else the name) with
+    the course's key, checked against the course's gradebook wherever the course keeps it (the
+    database its nbgrader_config.py names). Read only: the hub runs as another user."""
+    import ast
+    import re
+    from pathlib import Path
+
+    from grader.content.variants import kernel_variants, lab_variants
+    from grader.gradebook.coursedir import CourseDir
+    from grader.gradebook.coursestate import checked_key
+
+    root = Path(root)
+    database = None
+    try:
+        text = (root / "nbgrader_config.py").read_text()
+        found = re.search(r"^c\.CourseDirectory\.db_url = (.+)$", text, re.MULTILINE)
+        database = ast.literal_eval(found.group(1)) if found else None
+    except (OSError, ValueError, SyntaxError):
+        database = None
+    if isinstance(database, str) and database.startswith("sqlite:///") and not Path(
+            database.removeprefix("sqlite:///")).exists():
+        database = None  # no gradebook yet: none is made here
+    course = CourseDir(root, log=lambda _: None, database=database, write_config=False)
+    key = checked_key(course, create=True, record=False)
+    if key is None:
+        return kernel_variants(None, {})
+    owners, _ = (read_roster(course.db_url) if course.has_gradebook() else Roster()).find(
+        "nbgrader", user, "", "")
+    return lab_variants(key, next(iter(owners)) if len(owners) == 1 else user)

@@ -38,6 +38,7 @@ from grader.gradebook.decisions import State, _num, replay, state_of, states, wh
 from grader.intake.handins import NBGRADER_FILES
 
 MAX_NOTE_CHARS = 2000
+MIN_REASON_CHARS = 6  # --accept-all --reason: "s" or "the" would accept any flag
 
 
 # ------------------------------------------------------------------ the gradebook
@@ -311,6 +312,11 @@ def accept_all(course, lesson: Lesson, reasons: list[str] | str, note: str | Non
     if isinstance(reasons, str):
         reasons = [reasons]
     wanted = [" ".join(r.split()).casefold() for r in reasons]
+    short = [r for r in wanted if len(r) < MIN_REASON_CHARS]
+    if short:
+        raise CourseError(f"--reason {short[0]!r} would match almost any reason: give at least "
+                          f"{MIN_REASON_CHARS} characters of the reason you expect, e.g. "
+                          "\"in place of\" or \"default numbers\"")
     reason = " | ".join(reasons)
     note = inert((note or "").strip(), MAX_NOTE_CHARS * 2)
     if len(note) > MAX_NOTE_CHARS:

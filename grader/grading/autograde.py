@@ -25,7 +25,7 @@ from grader.common import syntax
 from grader.common.faults import Unavailable, database_name, is_database_error, retrying
 from grader.common.text import inert
 from grader.content.lessons import BEGIN_HIDDEN, END_HIDDEN, Lesson
-from grader.content.variants import Draw
+from grader.content.variants import Draw, canonical
 from grader.grading.execute import Run, run_submission
 from grader.grading.kernel import GradingError
 from grader.grading.limits import Limits
@@ -288,7 +288,7 @@ def recorded_variants(nb: NotebookNode) -> list[tuple[str, str | None, int, str]
                 if isinstance(output, dict) and isinstance(output.get("metadata"), dict) else {}
             shown = mark.get("variant") if isinstance(mark, dict) else None
             if isinstance(shown, dict) and isinstance(shown.get("exercise"), str) \
-                    and type(shown.get("index")) is int \
+                    and type(shown.get("index")) is int and 0 <= shown["index"] < 1000 \
                     and (shown.get("student") is None or isinstance(shown.get("student"), str)):
                 course = shown.get("course")
                 found.append((shown["exercise"][:200], shown["student"], shown["index"],
@@ -350,6 +350,7 @@ def drawn_elsewhere(nb: NotebookNode, lesson: Lesson, draw: Draw | None) -> list
         name = exercise.removeprefix(f"{lesson.name}/")
         if name not in draw.variants:
             continue
+        student = student if student is None else canonical(student)
         if student is not None and student != draw.student and student in draw.group:
             if index == draw.variants[name]:
                 continue  # a partner who drew the same numbers

@@ -326,10 +326,8 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
                                 missing.pop(task, None)
                         broker.recovered = False
                     for task, sent in list(waiting.items()):
-                        result = app.AsyncResult(task)
-                        state = result.state
+                        state, reply, failure = _read_result(app, key, sent, task)
                         if state == "SUCCESS":
-                            reply = opened(key, sent, task, result.get(timeout=30))
                             if reply is None:  # forged, or a worker with another key
                                 app.control.revoke(task)
                                 again(waiting.pop(task), "its result is not signed with this "
@@ -343,7 +341,6 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
                             judging[pool.submit(judge_result, sent.prepared, reply, lesson,
                                                 partial, limits, use_sandbox)] = sent
                         elif state == "FAILURE":  # the worker's process died under it, say
-                            failure = str(result.result)[:200]
                             again(waiting.pop(task), f"a worker failed on it ({failure})",
                                   lambda n, failure=failure: f"it stopped a worker's process {n} "
                                                              f"times ({failure}); not graded")
@@ -353,7 +350,8 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
                                 continue
                             missing[task] = 0 if task in accounted else missing.get(task, 0) + 1
                             if (missing[task] < MISSED_LOOKS
-                                    or app.AsyncResult(task).state == "SUCCESS"):
+                                    or _read_result(app, key, waiting[task], task)[0]
+                                    == "SUCCESS"):
                                 continue
                             app.control.revoke(task)
                             again(waiting.pop(task), "the worker running it stopped answering",
@@ -363,6 +361,26 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
                         raise
     finally:
         watch.stop()
+
+
+def _read_result(app: Celery, key: bytes, sent: Sent, task: str,
+                 ) -> tuple[str, dict | None, str]:
+    """A task's state, its reply opened (None unless signed for this task and payload) and,
+    for a failure, what it said. Whatever someone wrote under the task's key on the broker
+    (an exception of their choosing, bytes that are not JSON) reads as a forged result, never
+    as an error of the coordinator's."""
+    result = app.AsyncResult(task)
+    try:
+        state = result.state
+        if state == "SUCCESS":
+            return state, opened(key, sent, task, result.get(timeout=30)), ""
+        if state == "FAILURE":
+            return state, None, str(result.result)[:200]
+        return state, None, ""
+    except Exception as error:
+        if is_broker_error(error):
+            raise
+        return "SUCCESS", None, ""  # unreadable: refused as a forged result is
 
 
 class _Outage:

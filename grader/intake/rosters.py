@@ -4,6 +4,7 @@ Moodle's grading worksheet) and assignment lists, read as CSV."""
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,11 +53,29 @@ GENERIC = ("email", "username", "sis_login_id", "sis_user_id", "id_number")
 
 
 def read_csv(path: Path, what: str) -> list[dict[str, str]]:
+    """The rows of a CSV as an LMS or a spreadsheet writes it (a BOM, commas, or semicolons
+    where a spreadsheet saved it so), each a dict of its stripped cells. Refused, saying what is
+    wrong: a file that is not UTF-8 text, a NUL character, a column named twice."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
-            return [{(k or "").strip(): (v or "").strip() if isinstance(v, str) else ""
-                     for k, v in row.items()} for row in csv.DictReader(handle)]
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise CourseError(f"cannot read the {what} {path}: {error}") from None
+    if "\x00" in text:
+        raise CourseError(f"the {what} {path} holds a NUL character: it is no CSV as an LMS "
+                          "writes one (save it again as CSV, UTF-8)")
+    first = text.split("\n", 1)[0]
+    delimiter = ";" if first.count(";") > first.count(",") else ","
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+        header = [cell.strip() for cell in next(reader, [])]
+        doubled = sorted({h for h in header if h and header.count(h) > 1})
+        if doubled:
+            raise CourseError(f"the {what} {path} names the column {doubled[0]!r} twice: keep "
+                              "one of them")
+        return [{key: (line[i] if i < len(line) else "").strip()
+                 for i, key in enumerate(header)} for line in reader if any(line)]
+    except csv.Error as error:
         raise CourseError(f"cannot read the {what} {path}: {error}") from None
 
 
@@ -64,7 +83,9 @@ def _fields(path: Path) -> tuple[str, list[dict[str, str]]]:
     """The roster's form (``ours``, ``canvas``, ``moodle``) and its rows, each with the
     fields of ROSTER_COLUMNS (a Moodle worksheet's ``participant`` too) and its line."""
     rows = read_csv(path, "roster")
-    header = list(rows[0]) if rows else []
+    if not rows:
+        raise CourseError(f"the roster {path} holds no student: give the file with its rows")
+    header = list(rows[0])
     found = []
     if "student_id" in header:
         form = "ours"
@@ -171,13 +192,17 @@ def read_rosters(paths: list[Path]) -> dict[str, dict[str, str]]:
     return merged
 
 
+MAX_ID_CHARS = 200  # an LMS id as stored (ctc_roster.value)
+
+
 def read_people(path: Path, course_id: str | None = None,
-                lesson: str | None = None) -> list[Person]:
+                lesson: str | None = None) -> tuple[list[Person], list[str]]:
     """Each student of a roster file as a ``Person`` whose course id is the field
     ``course_id`` names (default: our CSV's ``student_id``, Canvas's SIS Login ID, Moodle's
-    e-mail). A Moodle worksheet's participant ids are its assignment's: ``lesson`` says which.
-    Refused, saying what to fix: a student without a course id, a course id that cannot be
-    one, and a course id or an LMS id named twice in two ways."""
+    e-mail), and the rows left out: those with no course id (Canvas's "Test Student" has no
+    SIS login), named. A Moodle worksheet's participant ids are its assignment's: ``lesson``
+    says which. Refused, saying what to fix: a course id that cannot be one, an id with control
+    characters or over 200 characters, and a course id or an LMS id named twice in two ways."""
     form, rows = _fields(path)
     if form == "moodle" and lesson is None:
         raise CourseError(f"{path} is a Moodle grading worksheet, whose participant ids are one "
@@ -189,14 +214,20 @@ def read_people(path: Path, course_id: str | None = None,
                           f"{', '.join(f for f in COURSE_ID_FIELDS if f != 'student_id')}"
                           + (", student_id" if form == "ours" else "")
                           + f" (what {path} holds for each student)")
-    people, seen = [], {}
+    people, seen, left_out = [], {}, []
     for row in rows:
         where = f"{path}, line {row['line']}"
         value = row.get(field, "")
         if not value:
-            raise CourseError(f"{where}: {inert(row.get('name') or _key_of(form, row), 60)!r} "
-                              f"has no {field}, the course id: fill it in, or choose another "
-                              "field with --course-id")
+            left_out.append(f"line {row['line']} "
+                            f"({inert(row.get('name') or _key_of(form, row), 60)}): no {field}")
+            continue
+        bad = next((k for k in (*GENERIC, "lms_id", "participant") if len(row.get(k, ""))
+                    > MAX_ID_CHARS or inert(row.get(k, ""), 1000) != row.get(k, "")), None)
+        if bad is not None:
+            raise CourseError(f"{where}: its {bad} {inert(row[bad], 60)!r} holds control "
+                              f"characters or is longer than {MAX_ID_CHARS} characters: no LMS "
+                              "writes such an id; correct the file")
         if not valid_student_id(value):
             raise CourseError(f"{where}: the course id {inert(value, 60)!r} ({field}) cannot be "
                               "a student id (letters, digits and ._@+-, at most 100)")
@@ -205,7 +236,8 @@ def read_people(path: Path, course_id: str | None = None,
             ids.append(("canvas", row["lms_id"]))
         if row.get("participant"):
             ids.append((f"moodle:{lesson}", row["participant"]))
-        person = Person(value, row.get("name", ""), row.get("email", ""), tuple(ids), where)
+        person = Person(value, inert(row.get("name", ""), 200), row.get("email", ""),
+                        tuple(ids), where)
         if value in seen and seen[value].ids != person.ids:
             raise CourseError(f"{path} names the course id {inert(value, 60)!r} twice, in two "
                               f"ways (lines {seen[value].where.rsplit(' ', 1)[-1]} and "
@@ -213,7 +245,7 @@ def read_people(path: Path, course_id: str | None = None,
         if value not in seen:
             seen[value] = person
             people.append(person)
-    return people
+    return people, left_out
 
 
 def read_assignments(path: Path) -> dict[str, Assignment]:

@@ -131,8 +131,11 @@ def _per_variant(course: CourseDir, lesson: Lesson, graded: dict[str, dict],
                  path: Path) -> list[str]:
     """Pass rates of each graded prediction by the variant its students drew: a variant far
     harder than the others is a bug in the question, not in the students."""
-    key = course.key()
     variants = variants_of(lesson)
+    try:
+        key = course.key() if variants else None
+    except CourseError as error:  # a copy of the course without its key: the rest stands
+        return ["", f"no pass rates by variant: {error}"]
     if key is None or not variants:
         return []
     lines = ["", f"{'graded prediction, by variant':<44} {'passed':>8} {'of':>4} {'rate':>7}"]
