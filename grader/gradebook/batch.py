@@ -121,11 +121,9 @@ def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
         identify_handins(course, lesson, layout, handins, kept, varies, keep_handins)
         if key is None and variants_of(lesson):
             refuse_keyless_grading(course, [h.notebook for h in handins if h.notebook])
-        if not keep_handins:
-            kept = {}
         course.handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
         for handin in handins:  # a regrade: what the download said of it, its flags included
-            if kept[handin.student_id]:
+            if keep_handins and kept[handin.student_id]:
                 course.handins[lesson.name][handin.student_id] = {
                     **kept[handin.student_id], "course_id": handin.course_id,
                     "group": handin.group}
