@@ -7,30 +7,35 @@ from collections import Counter
 from pathlib import Path
 
 from grader.common.errors import CourseError
+from grader.common.files import written
 from grader.common.text import display as _safe
 from grader.common.text import inert
 from grader.content.lessons import Lesson
 from grader.content.variants import course_key, draw, variants_of
+from grader.gradebook.checks import version_of
 from grader.gradebook.coursedir import CourseDir
 
 
-def report(course: CourseDir, lesson: Lesson) -> Path:
-    """Write pass rates, a score histogram and the flagged submissions to reports/LESSON/."""
+def report(course: CourseDir, lesson: Lesson, out: Path | None = None) -> Path:
+    """Write pass rates, a score histogram and the flagged submissions to ``out`` (default
+    reports/LESSON/ in the course directory), each file written whole. Pass rates count the
+    scores after review, exercise by exercise in the notebook's order, as exercises.csv
+    does."""
     graded = course.statuses(lesson.name).get(lesson.name, {})
     rows = [r for r in course.grades() if r["lesson"] == lesson.name]
     if not rows:
         raise CourseError(f"no grades for {lesson.name} yet: run `python -m grader autograde "
                           f"{lesson.name} SUBMISSIONS` first")
-    folder = course.root / "reports" / lesson.name
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = out.resolve() if out is not None else course.root / "reports" / lesson.name
 
     exercises: dict[str, list[bool]] = {}
-    for record in graded.values():
-        for name, result in record.get("exercises", {}).items():
-            exercises.setdefault(name, []).append(result["points"] == result["max_points"])
-    lines = [f"{lesson.name}: {len(rows)} submission(s)", "",
-             f"{'exercise':<28} {'passed':>8} {'of':>4} {'rate':>7}"]
-    with (folder / "pass_rates.csv").open("w", newline="", encoding="utf-8") as handle:
+    for row in rows:
+        for name, result in (row.get("exercises") or {}).items():
+            exercises.setdefault(name, []).append(
+                float(result["score"]) >= float(result["max_score"]))
+    lines = [f"{lesson.name}: {len(rows)} submission(s)", *_versions(course, lesson, graded),
+             "", f"{'exercise':<28} {'passed':>8} {'of':>4} {'rate':>7}"]
+    with written(folder / "pass_rates.csv", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["exercise", "passed", "graded", "pass_rate"])
         for name, passes in exercises.items():
@@ -39,12 +44,12 @@ def report(course: CourseDir, lesson: Lesson) -> Path:
             lines.append(f"{name:<28} {sum(passes):>8} {len(passes):>4} {rate:>7.0%}")
 
     lines += ["", *_per_exercise(rows, graded, folder / "exercises.csv")]
-    lines += _per_variant(course, lesson, graded, folder / "variants.csv")
+    lines += _per_variant(course, lesson, rows, graded, folder / "variants.csv")
 
     # Every submission the grader flagged, settled by a review decision or still open.
     flagged = [(r["student_id"], r["computed_status"], r["reason"], r.get("review") or "open")
                for r in rows if r["computed_status"] != "graded"]
-    with (folder / "flagged.csv").open("w", newline="", encoding="utf-8") as handle:
+    with written(folder / "flagged.csv", newline="") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student_id", "status", "reason", "review"])
         for student, status, reason, decided in flagged:
@@ -62,14 +67,16 @@ def report(course: CourseDir, lesson: Lesson) -> Path:
 
     # What the download said of each hand-in: who, from where, the LMS's late mark, and which
     # attempt was graded or what was ignored beside the notebook.
-    with (folder / "handins.csv").open("w", newline="", encoding="utf-8") as handle:
+    with written(folder / "handins.csv", newline="") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
-        writer.writerow(["student_id", "name", "from", "late", "status", "score", "remarks"])
+        writer.writerow(["student_id", "name", "from", "late", "status", "score", "remarks",
+                         "checks"])
         for row in sorted(rows, key=lambda r: str(r["student_id"])):
             writer.writerow([_safe(str(row["student_id"])), _safe(str(row.get("name", ""))),
                              row.get("from", ""), "late" if row.get("late") else "",
                              row["status"], float(row["score"]),
-                             _safe("; ".join(row.get("remarks", [])))])
+                             _safe("; ".join(row.get("remarks", []))),
+                             version_of(graded.get(str(row["student_id"]), {}))])
     late = [r for r in rows if r.get("late")]
     lines += ["", f"marked late by the LMS: {len(late)}"]
     lines += [f"  {_who(r)}" for r in late]
@@ -85,12 +92,27 @@ def report(course: CourseDir, lesson: Lesson) -> Path:
     return folder
 
 
+def _versions(course: CourseDir, lesson: Lesson, graded: dict[str, dict]) -> list[str]:
+    """Which checks made the grades (grader/gradebook/checks.py): a line, and one more where
+    some were made with other checks than the lesson's now."""
+    current = course.checks_version(lesson)
+    counts = Counter(version_of(record) for record in graded.values())
+    others = {v: n for v, n in counts.items() if v != current}
+    line = f"checks: {counts.get(current, 0)} graded with the lesson's checks now ({current})"
+    if not others:
+        return [line]
+    return [line, f"  {sum(others.values())} graded with other checks ("
+            + ", ".join(f"{v or 'not recorded'}: {n}" for v, n in sorted(others.items()))
+            + f"): python -m grader autograde {lesson.name} SUBMISSIONS --resume grades them "
+            "again (docs/instructor.md, 'I fixed a check: now what')"]
+
+
 def _per_exercise(rows: list[dict], graded: dict[str, dict], path: Path) -> list[str]:
     """Per exercise: the distribution of its final scores (after review), its mean, and the
     check that failed most often with its most common message (hidden checks are counted,
     never named). Written to ``path``; returns the lines to print."""
     lines = [f"{'exercise':<26} {'mean':>6} {'of':>4}  scores (points: submissions)"]
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with written(path, newline="") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["exercise", "max_points", "submissions", "mean", "distribution",
                          "full_marks", "most_failed_check", "failed", "most_common_message",
@@ -127,25 +149,36 @@ def _per_exercise(rows: list[dict], graded: dict[str, dict], path: Path) -> list
     return lines
 
 
-def _per_variant(course: CourseDir, lesson: Lesson, graded: dict[str, dict],
+def _per_variant(course: CourseDir, lesson: Lesson, rows: list[dict], graded: dict[str, dict],
                  path: Path) -> list[str]:
-    """Pass rates of each graded prediction by the variant its students drew: a variant far
-    harder than the others is a bug in the question, not in the students."""
+    """Pass rates of each graded prediction by the variant its students drew, scores after
+    review (as exercises.csv counts them): a variant far harder than the others is a bug in
+    the question, not in the students. Left out, since they say nothing of the question:
+    predictions never attempted (still the released stub), and work drawn for other numbers
+    than the student's own (a copy of another id's, the defaults, another key or variant)."""
     key = course_key(course.root)
     variants = variants_of(lesson)
     if key is None or not variants:
         return []
     lines = ["", f"{'graded prediction, by variant':<44} {'passed':>8} {'of':>4} {'rate':>7}"]
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    left_out = Counter()
+    with written(path, newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["exercise", "variant", "numbers", "passed", "graded", "pass_rate"])
         for name, spec in variants.items():
             tally: dict[int, list[bool]] = {i: [] for i in range(len(spec.choices))}
-            for student, record in graded.items():
-                result = record.get("exercises", {}).get(name)
-                if result is not None:
-                    tally[draw(key, lesson.name, name, student, len(spec.choices))].append(
-                        result["points"] == result["max_points"])
+            for row in rows:
+                student = str(row["student_id"])
+                result = (row.get("exercises") or {}).get(name)
+                record = graded.get(student, {})
+                if result is None:
+                    continue
+                why = _not_counted(record, name)
+                if why:
+                    left_out[why] += 1
+                    continue
+                tally[draw(key, lesson.name, name, student, len(spec.choices))].append(
+                    float(result["score"]) >= float(result["max_score"]))
             for index, passes in tally.items():
                 rate = sum(passes) / len(passes) if passes else 0.0
                 writer.writerow([name, index, spec.said(index), sum(passes), len(passes),
@@ -153,14 +186,29 @@ def _per_variant(course: CourseDir, lesson: Lesson, graded: dict[str, dict],
                 label = f"{name} #{index}"
                 lines.append(f"{label:<44} {sum(passes):>8} {len(passes):>4} "
                              + (f"{rate:>7.0%}" if passes else f"{'-':>7}"))
+    if left_out:
+        lines.append("  not counted: " + ", ".join(f"{n} {why}"
+                                                    for why, n in left_out.most_common()))
     return lines
+
+
+def _not_counted(record: dict, exercise: str) -> str:
+    """Why a graded prediction says nothing of its variant, or '': never attempted, or worked
+    on other numbers than the student's (grader/grading/autograde.py, ``drawn_elsewhere``)."""
+    if f"its {exercise} was " in str(record.get("reason", "")):
+        return "worked on other numbers than their own (a copy, the defaults)"
+    ran = (record.get("exercises") or {}).get(exercise, {})
+    said = [*ran.get("failures", []), *ran.get("hidden_failures", [])]
+    if not ran.get("passed") and said and all(m.endswith("not implemented yet") for m in said):
+        return "never attempted"
+    return ""
 
 
 def _late(course: CourseDir, rows: list[dict], path: Path) -> list[str]:
     """The late policy per submission: when it was handed in and how that is known, the due
     time (after any extension), the score before and after the penalty. Returns the lines to
     print; those with no known time are named (they pay no penalty)."""
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with written(path, newline="") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student_id", "submitted_at", "time_source", "due", "raw_score",
                          "late_penalty", "final_score", "note"])
@@ -197,8 +245,11 @@ def _histogram(scores: list[float], max_score: float, lesson: Lesson, path: Path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(10, 6))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # points and counts are whole
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     bins = [b - 0.5 for b in range(int(max_score) + 2)]
     ax.hist(scores, bins=bins, color="#56B4E9", edgecolor="black")
     ax.set_xlabel(f"score (points, out of {max_score:g})", fontsize=14)
@@ -206,5 +257,6 @@ def _histogram(scores: list[float], max_score: float, lesson: Lesson, path: Path
     ax.set_title(f"{lesson.name}: scores of {len(scores)} submission(s)", fontsize=16)
     ax.tick_params(labelsize=12)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with written(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=100)
     plt.close(fig)
