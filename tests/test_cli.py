@@ -15,6 +15,7 @@ COMMANDS = {
     "similarity": ["01_float_formats"], "deadlines": ["--check"],
     "lab": ["--smoke"], "variants": ["s001"],
     "demo": ["01_float_formats"], "progress": [], "worker": ["--broker", "redis://x:1/0"],
+    "withdraw": ["01_float_formats", "s1", "--reason", "graded as the wrong lesson"],
 }
 
 

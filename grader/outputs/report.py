@@ -83,8 +83,12 @@ def report(course: CourseDir, lesson: Lesson, out: Path | None = None) -> Path:
 
     lines += ["", *_late(course, rows, folder / "late.csv")]
 
-    _histogram([float(r["score"]) for r in rows], float(rows[0]["max_score"]), lesson,
-               folder / "scores.png")
+    figure = histogram([float(r["score"]) for r in rows], float(rows[0]["max_score"]), lesson)
+    with written(folder / "scores.png", "wb") as handle:
+        figure.savefig(handle, format="png", dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
     variants = ", variants.csv" if (folder / "variants.csv").exists() else ""
     lines += ["", f"written: {folder}/pass_rates.csv, exercises.csv, scores.png, flagged.csv, "
               f"handins.csv, late.csv{variants}"]
@@ -240,7 +244,9 @@ def _who(row: dict) -> str:
                                             if row.get("name") else "")
 
 
-def _histogram(scores: list[float], max_score: float, lesson: Lesson, path: Path) -> None:
+def histogram(scores: list[float], max_score: float, lesson: Lesson):
+    """The score histogram (a matplotlib figure, for scores.png): a bar per whole point, and
+    whole numbers on both axes (points and submissions)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -248,15 +254,13 @@ def _histogram(scores: list[float], max_score: float, lesson: Lesson, path: Path
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(10, 6))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # points and counts are whole
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     bins = [b - 0.5 for b in range(int(max_score) + 2)]
     ax.hist(scores, bins=bins, color="#56B4E9", edgecolor="black")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(f"score (points, out of {max_score:g})", fontsize=14)
     ax.set_ylabel("submissions", fontsize=14)
     ax.set_title(f"{lesson.name}: scores of {len(scores)} submission(s)", fontsize=16)
     ax.tick_params(labelsize=12)
     fig.tight_layout()
-    with written(path, "wb") as handle:
-        fig.savefig(handle, format="png", dpi=100)
-    plt.close(fig)
+    return fig
