@@ -488,7 +488,7 @@ def test_report_counts_after_review_in_the_notebooks_order_on_whole_ticks(graded
     course = copy_of(graded, tmp_path / "course")
     grader("review", LESSON.name, "s2", "--set", f"{WRONG}=1", "--note", "ok",
            "--course-dir", course)
-    grader("report", LESSON.name, "--course-dir", course)
+    said = grader("report", LESSON.name, "--course-dir", course).stdout
     folder = course / "reports" / LESSON.name
     with (folder / "pass_rates.csv").open() as handle:
         rates = {r["exercise"]: (int(r["passed"]), int(r["graded"]))
@@ -500,6 +500,9 @@ def test_report_counts_after_review_in_the_notebooks_order_on_whole_ticks(graded
     assert rates == spread and rates[WRONG] == (3, 4)  # s1, s2 set in review, s3
     with (folder / "handins.csv").open() as handle:
         assert {r["checks"] for r in csv.DictReader(handle)} == {version(course)}
+    with (folder / "variants.csv").open() as handle:  # s4's prediction: never attempted
+        assert sum(int(r["graded"]) for r in csv.DictReader(handle)) == 3
+    assert "not counted: 1 gave no number (never attempted)" in said
 
 
 def test_the_score_histogram_has_whole_ticks() -> None:

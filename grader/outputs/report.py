@@ -158,8 +158,9 @@ def _per_variant(course: CourseDir, lesson: Lesson, rows: list[dict], graded: di
     """Pass rates of each graded prediction by the variant its students drew, scores after
     review (as exercises.csv counts them): a variant far harder than the others is a bug in
     the question, not in the students. Left out, since they say nothing of the question:
-    predictions never attempted (still the released stub), and work drawn for other numbers
-    than the student's own (a copy of another id's, the defaults, another key or variant)."""
+    predictions that gave no number (never attempted: still the released stub), and work
+    drawn for other numbers than the student's own (a copy of another id's, the defaults,
+    another key or variant)."""
     key = course_key(course.root)
     variants = variants_of(lesson)
     if key is None or not variants:
@@ -202,9 +203,8 @@ def _not_counted(record: dict, exercise: str) -> str:
     if f"its {exercise} was " in str(record.get("reason", "")):
         return "worked on other numbers than their own (a copy, the defaults)"
     ran = (record.get("exercises") or {}).get(exercise, {})
-    said = [*ran.get("failures", []), *ran.get("hidden_failures", [])]
-    if not ran.get("passed") and said and all(m.endswith("not implemented yet") for m in said):
-        return "never attempted"
+    if "no number of yours was read" in str(ran.get("told", "")):  # (grading/probe.py)
+        return "gave no number (never attempted)"
     return ""
 
 
