@@ -31,14 +31,7 @@ from grader.gradebook import times as stored_times
 from grader.gradebook.checks import version_of
 from grader.gradebook.grades import _iso
 from grader.gradebook.lock import lesson_lock
-from grader.gradebook.received import (  # noqa: F401  (UNZIP, remove_leftovers: for callers)
-    UNZIP,
-    batch_folder,
-    other_lesson,
-    receive,
-    remove_leftovers,
-    unpacked,
-)
+from grader.gradebook.received import batch_folder, other_lesson, receive, unpacked
 from grader.grading.autograde import Graded, grade_submission
 from grader.grading.limits import Limits
 from grader.grading.probe import exercises

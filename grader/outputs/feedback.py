@@ -99,6 +99,7 @@ def current_pages(course, lesson: Lesson) -> list[Path]:
             fresh.append(page)
         else:
             page.unlink()
+            page.with_name(MADE_FROM).unlink(missing_ok=True)
             stale.append(student)
     if stale:
         course.log(f"withdrew {len(stale)} feedback page(s) whose grades changed since they "
