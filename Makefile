@@ -9,11 +9,10 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 # JupyterHub's proxy (npm), for tests/test_hub.py: installed in .venv/node/, not system-wide.
 CHP_VERSION ?= 5.3.0
-# The test's single-user servers run as other users, who may not be allowed to run this venv's
-# Python (pyenv's under /root is not): as root, .venv/hub/ is the course's environment again
-# (this package, [hub]; the browser-facing packages at .venv's versions) on the system's Python.
+# The hub test's single-user servers' environment, as root (see $(HUB_STAMP) below).
 HUB_PYTHON ?= /usr/bin/python3
 HUB_PINNED := jupyterhub|jupyterlab|jupyter_server|nbgrader|ipykernel|ipywidgets|notebook
+HUB_STAMP := $(VENV)/.hub-installed
 
 .PHONY: lab lab-smoke demo test lint setup clean labextension
 
@@ -33,24 +32,24 @@ $(VENV)/.installed: pyproject.toml
 	    "grading tests postgresql and redis-server (Debian/Ubuntu: sudo apt-get install" \
 	    "$(SYSTEM_PACKAGES))"; fi; fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-# .venv/hub/'s torch installs while .venv's packages do (a quarter of a minute less on two
-# cores); its other packages need .venv's versions, so they come after.
-	@hub=; if [ "$$(id -u)" = 0 ] && [ -x "$(HUB_PYTHON)" ]; then \
-	  { { test -x $(VENV)/hub/bin/python || $(HUB_PYTHON) -m venv $(VENV)/hub; } \
-	    && $(VENV)/hub/bin/python -m pip install --quiet '$(TORCH)'; } & hub=$$!; fi; \
-	echo "$(BIN)/python -m pip install --quiet '$(TORCH)' && ... -e '.[dev]'"; \
-	$(BIN)/python -m pip install --quiet '$(TORCH)' \
-	  && $(BIN)/python -m pip install --quiet -e '.[dev]'; installed=$$?; \
-	hub_torch=0; if [ -n "$$hub" ]; then wait $$hub || hub_torch=$$?; fi; \
-	test $$installed = 0 || exit $$installed; \
-	if command -v npm >/dev/null; then \
+	$(BIN)/python -m pip install --quiet '$(TORCH)' && $(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+# What only tests/test_hub.py needs, so only `make test` builds it (not `make setup` or `make
+# lab`): JupyterHub's proxy (npm's configurable-http-proxy, in .venv/node/), and as root
+# .venv/hub/, the course's environment again (this package, [hub]; the browser-facing packages
+# at .venv's versions) on the system's Python, for the test's single-user servers, which run as
+# other users who may not be allowed to run .venv's Python (pyenv's under /root is not).
+$(HUB_STAMP): $(VENV)/.installed
+	@if command -v npm >/dev/null; then \
 	  npm install --silent --no-fund --no-audit --prefix $(VENV)/node \
 	    configurable-http-proxy@$(CHP_VERSION) >/dev/null; \
 	else echo "note: the JupyterHub test needs npm's configurable-http-proxy (install" \
-	  "Node.js and npm)"; fi; \
-	if [ -n "$$hub" ]; then \
-	  $(BIN)/python -m pip freeze | grep -iE '^($(HUB_PINNED))==' > $(VENV)/hub-pins.txt \
-	  && test $$hub_torch = 0 \
+	  "Node.js and npm)"; fi
+	@if [ "$$(id -u)" = 0 ] && [ -x "$(HUB_PYTHON)" ]; then \
+	  { test -x $(VENV)/hub/bin/python || $(HUB_PYTHON) -m venv $(VENV)/hub; } \
+	  && $(VENV)/hub/bin/python -m pip install --quiet '$(TORCH)' \
+	  && $(BIN)/python -m pip freeze | grep -iE '^($(HUB_PINNED))==' > $(VENV)/hub-pins.txt \
 	  && $(VENV)/hub/bin/python -m pip install --quiet -c $(VENV)/hub-pins.txt -e '.[hub]' \
 	  || echo "note: no environment for the JupyterHub test's single-user servers"; fi
 	@touch $@
@@ -67,7 +66,7 @@ lab-smoke: $(VENV)/.installed
 demo: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader demo $(LESSON)
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(HUB_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=30
 
 # The course's Validate button (grader/lab/labextension/): its build is committed, so that students

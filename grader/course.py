@@ -45,3 +45,36 @@ def open_course(course_dir: str | None, log: Callable[[str], None] = print,
                 db_url: str | None = None, deadlines: str | None = None) -> Course:
     return Course(Path(course_dir) if course_dir else DEFAULT_COURSE_DIR, log, db_url,
                   Path(deadlines) if deadlines else None)
+
+
+def hub_variants(root, user: str) -> str:
+    """``CTC_VARIANTS`` for a JupyterHub user's server: their numbers in every lesson, drawn
+    for their course id (the roster's, where it maps the hub user name; else the name) with
+    the course's key, checked against the course's gradebook wherever the course keeps it (the
+    database its nbgrader_config.py names). Read only: the hub runs as another user."""
+    import ast
+    import re
+    from pathlib import Path
+
+    from grader.content.variants import kernel_variants, lab_variants
+    from grader.gradebook.coursestate import checked_key
+    from grader.gradebook.identity import Roster, read_roster
+
+    root = Path(root)
+    database = None
+    try:
+        text = (root / "nbgrader_config.py").read_text()
+        found = re.search(r"^c\.CourseDirectory\.db_url = (.+)$", text, re.MULTILINE)
+        database = ast.literal_eval(found.group(1)) if found else None
+    except (OSError, ValueError, SyntaxError):
+        database = None
+    if isinstance(database, str) and database.startswith("sqlite:///") and not Path(
+            database.removeprefix("sqlite:///")).exists():
+        database = None  # no gradebook yet: none is made here
+    course = CourseDir(root, log=lambda _: None, database=database, write_config=False)
+    key = checked_key(course, create=True, record=False)
+    if key is None:
+        return kernel_variants(None, {})
+    owners, _ = (read_roster(course.db_url) if course.has_gradebook() else Roster()).find(
+        "nbgrader", user, "", "")
+    return lab_variants(key, next(iter(owners)) if len(owners) == 1 else user)

@@ -285,7 +285,7 @@ def test_zip_links_are_refused_and_zip_bombs_refused_whole(tmp_path, monkeypatch
     import zipfile
 
     from grader.common.errors import CourseError
-    from grader.gradebook.batch import _unpacked
+    from grader.gradebook.received import unpacked
     from grader.intake import zips as intake
     from grader.intake.handins import recognise
 
@@ -296,7 +296,7 @@ def test_zip_links_are_refused_and_zip_bombs_refused_whole(tmp_path, monkeypatch
         member.external_attr = (stat.S_IFLNK | 0o777) << 16
         archive.writestr(member, "/etc/passwd")
         archive.writestr("alice/notes.txt", "hello")
-    with _unpacked(link, tmp_path) as received:
+    with unpacked(link, tmp_path) as received:
         layout, handins, _ = recognise(received.root, "01_float_formats", "float_formats.ipynb",
                                        refused=received.refused_members)
         assert layout == "folders" and [h.student_id for h in handins] == ["alice"]
@@ -305,7 +305,7 @@ def test_zip_links_are_refused_and_zip_bombs_refused_whole(tmp_path, monkeypatch
     huge = tmp_path / "huge.zip"  # a zip bomb in small: 1 MB of zeros packs into 1 kB
     with zipfile.ZipFile(huge, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("bob/float_formats.ipynb", b"\0" * 2**20)
-    with pytest.raises(CourseError, match="GiB"), _unpacked(huge, tmp_path):
+    with pytest.raises(CourseError, match="GiB"), unpacked(huge, tmp_path):
         pass
 
 

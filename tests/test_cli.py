@@ -16,6 +16,7 @@ COMMANDS = {
     "lab": ["--smoke"], "variants": ["s001"], "roster": ["roster.csv"],
     "demo": ["01_float_formats"], "progress": [],
     "worker": ["--broker", "redis://x:1/0", "--queue-key", "queue.key"],
+    "withdraw": ["01_float_formats", "s1", "--reason", "graded as the wrong lesson"],
 }
 
 

@@ -1,8 +1,10 @@
-"""The two ways to install the course declare the same dependencies."""
+"""The two ways to install the course declare the same dependencies, and each make target
+builds what it needs."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -55,3 +57,22 @@ def test_ci_runs_the_readme_test_command() -> None:
     readme = (REPO / "README.md").read_text()
     assert "make test" in readme and "make lab" in readme
     assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_only_make_test_builds_what_the_hub_test_needs() -> None:
+    """A student's ``make lab`` and an instructor's ``make setup`` build .venv alone; the
+    JupyterHub test's own environment (.venv/hub/ as root, npm's proxy) costs minutes and
+    only ``make test`` builds it. ``-W pyproject.toml``: as though pyproject.toml had changed,
+    so that every recipe a fresh clone would run is printed."""
+    def planned(target: str) -> str:
+        return subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=REPO,
+                              capture_output=True, text=True, check=True).stdout
+
+    for target in ("setup", "lab"):
+        recipe = planned(target)
+        assert "pip install" in recipe and "-e '.[dev]'" in recipe, recipe
+        assert ".venv/hub" not in recipe and "configurable-http-proxy" not in recipe, recipe
+    recipe = planned("test")
+    assert ".venv/hub" in recipe and "configurable-http-proxy" in recipe and "pytest" in recipe
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "make setup" in readme  # as docs/instructor.md names it

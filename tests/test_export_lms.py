@@ -275,9 +275,71 @@ def test_one_lesson_is_one_file_with_its_points_possible_row(tmp_path) -> None:
                                     "02_tensors_and_strides,Strides,2,\n")
     export(course, tmp_path / "c.csv", "canvas", None, tmp_path / "a.csv",
            lesson="01_float_formats")
-    table = list(csv.reader((tmp_path / "c.csv").open()))
+    table = list(csv.reader((tmp_path / "c-01_float_formats.csv").open()))
     assert table[0][5:] == ["Floats (1)"]
     assert table[1] == ["Points Possible", "", "", "", "", "20"] and table[2][-1] == "20"
+
+
+def test_a_lessons_canvas_file_keeps_its_name_and_one_that_no_longer_holds_goes(
+        tmp_path) -> None:
+    """The documented command writes the same file name however many lessons have grades (it
+    once wrote canvas.csv for one lesson and canvas-LESSON.csv from the second on, leaving
+    last week's canvas.csv beside); a lesson left with no score to write takes its file with
+    it. Canvas's download gives a squashed sortable name ("lovelaceada"), not a name: the file
+    shows the id Canvas matches by."""
+    from grader.outputs.export import export
+
+    (tmp_path / "a.csv").write_text(ASSIGNMENTS)
+    one = [row("101", "01_float_formats", 12.0, source="canvas", name="lovelaceada")]
+    course, _ = fake_course(tmp_path, one)
+    export(course, tmp_path / "canvas.csv", "canvas", None, tmp_path / "a.csv")
+    first = tmp_path / "canvas-01_float_formats.csv"
+    assert sorted(p.name for p in tmp_path.glob("canvas*.csv")) == [
+        first.name, "canvas-not-exported.csv"]
+    table = list(csv.reader(first.open()))
+    assert table[2][:2] == ["101", "101"] and "lovelaceada" not in first.read_text()
+    two = [*one, row("101", "04_backprop_flops", 7.0, source="canvas", maximum=9.0)]
+    course, _ = fake_course(tmp_path, two)
+    export(course, tmp_path / "canvas.csv", "canvas", None, tmp_path / "a.csv")
+    assert sorted(p.name for p in tmp_path.glob("canvas*.csv")) == [
+        first.name, "canvas-04_backprop_flops.csv", "canvas-not-exported.csv"]
+    flagged = [{**one[0], "status": "needs_review"}, two[1]]
+    course, said = fake_course(tmp_path, flagged)
+    export(course, tmp_path / "canvas.csv", "canvas", None, tmp_path / "a.csv")
+    assert not first.exists() and any(f"removed {first}" in line for line in said)
+
+
+def test_a_dry_run_shows_each_grade_the_lms_would_change_and_writes_nothing(tmp_path) -> None:
+    from grader.outputs.export import export
+
+    (tmp_path / "a.csv").write_text(ASSIGNMENTS)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,name,lms_id\n101,Ada Lovelace,101\n102,Jean Dupont,102\n"
+                      "103,Rick Roe,103\n")
+    course, said = fake_course(tmp_path, [
+        row("101", "01_float_formats", 12.0, source="canvas"),
+        row("102", "01_float_formats", 15.0, source="canvas"),
+        row("103", "01_float_formats", 6.0, source="canvas")])
+    export(course, tmp_path / "c.csv", "canvas", roster, tmp_path / "a.csv", dry_run=True)
+    assert said[-1] == f"dry run: {tmp_path / 'c-01_float_formats.csv'} does not exist yet: " \
+        "4 row(s) would be new"  # three students and the Points Possible row
+    assert list(tmp_path.glob("c-*.csv")) == []
+    export(course, tmp_path / "c.csv", "canvas", roster, tmp_path / "a.csv")
+    written = (tmp_path / "c-01_float_formats.csv").read_bytes()
+    course, said = fake_course(tmp_path, [
+        row("101", "01_float_formats", 15.0, source="canvas"),  # set in review: 8 -> 10
+        row("102", "01_float_formats", 15.0, source="canvas"),
+        row("103", "01_float_formats", 6.0, "needs_review", source="canvas"),  # regraded
+        row("104", "01_float_formats", 3.0, source="canvas")])  # a late hand-in
+    roster.write_text(roster.read_text() + "104,Eve Late,104\n")
+    export(course, tmp_path / "c.csv", "canvas", roster, tmp_path / "a.csv", dry_run=True)
+    shown = "\n".join(said)
+    assert re.search(r"against the file written \S+ \S+ UTC: 1 changed, 1 new, 1 no longer "
+                     r"written, 2 the same \(nothing was written\)", shown), shown
+    assert "  101 (Ada Lovelace): 8 -> 10" in shown
+    assert "  104 (Eve Late): new: 2" in shown
+    assert "  103 (Rick Roe): 4 -> not written now (the LMS keeps what it has)" in shown
+    assert (tmp_path / "c-01_float_formats.csv").read_bytes() == written
 
 
 def moodle_people():
@@ -302,7 +364,7 @@ def test_moodle_export_writes_one_identifier_the_roster_gives_and_erases_no_grad
                          "Participant 5002,Jean Dupont,jean@uni.fr,Submitted,,100\n"
                          "Participant 5004,Jo,jean2@uni.fr,Submitted,,100\n")
     export(course, tmp_path / "moodle.csv", "moodle", worksheet)
-    text = (tmp_path / "moodle.csv").read_text()
+    text = (tmp_path / "moodle-01_float_formats.csv").read_text()
     assert next(csv.reader(io.StringIO(text))) == ["Email address", "Full name",
                                                    "01_float_formats"]
     grades = moodle_import(text, "Email address", moodle_people(),
@@ -476,7 +538,7 @@ def test_anonymous_canvas_ids_are_not_written_as_user_ids(tmp_path) -> None:
         row("101", "01_float_formats", 15.0, source="canvas", name="lovelaceada")])
     (tmp_path / "a.csv").write_text(ASSIGNMENTS)
     export(course, tmp_path / "c.csv", "canvas", None, tmp_path / "a.csv")
-    assert "anon_" not in (tmp_path / "c.csv").read_text()
+    assert "anon_" not in (tmp_path / "c-01_float_formats.csv").read_text()
     held = (tmp_path / "c-not-exported.csv").read_text()
     assert "anon_x1Y2z" in held and "anonymous grading" in held
 
@@ -553,10 +615,11 @@ def test_every_csv_we_write_is_neutral_in_every_student_controlled_cell(
             "failures": [f"{reason}: failed"], "hidden_failed": False}}}}})
     course.deadlines = lambda: None
     (tmp / "a.csv").write_text("lesson,title,id,points\n01_float_formats,Floats,1,\n")
-    written = [tmp / "g.csv", tmp / "e.csv", tmp / "c.csv", tmp / "c-not-exported.csv"]
+    written = [tmp / "g.csv", tmp / "e.csv", tmp / "c-01_float_formats.csv",
+               tmp / "c-not-exported.csv"]
     export(course, written[0], "csv")
     export_per_exercise(course, written[1])
-    export(course, written[2], "canvas", None, tmp / "a.csv", include_flagged=False)
+    export(course, tmp / "c.csv", "canvas", None, tmp / "a.csv", include_flagged=False)
     folder = report(course, lesson)
     written += sorted(folder.glob("*.csv"))
     for path in written:

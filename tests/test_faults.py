@@ -417,7 +417,7 @@ def test_a_notebook_over_its_limit_and_a_damaged_member_are_refused_alone(tmp_pa
 
 
 def test_leftover_unzip_folders_of_dead_batches_go_and_live_ones_stay(tmp_path) -> None:
-    from grader.gradebook.batch import UNZIP, remove_leftovers
+    from grader.gradebook.received import UNZIP, remove_leftovers
 
     host = socket.gethostname()
     dead = subprocess.Popen(["true"])

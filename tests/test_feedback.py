@@ -209,15 +209,17 @@ def test_no_page_outlives_the_grades_it_shows(course) -> None:
     assert not page_path(root, "reviewed").exists()  # withdrawn with the decision
     pages = Course(root, log=lambda _: None).current_feedback(LESSON)
     assert page_path(root, "reviewed") not in pages and page_path(root, "full") in pages
-    # A page older than its grades by another way (say, copied back from a backup) is
-    # withdrawn when the pages are handed out, and said.
-    page_path(root, "full").touch()
+    # A file time an hour back (a clock that stepped back) withdraws nothing; a page put back
+    # from a backup, with what it was made from (other grades), is withdrawn when the pages
+    # are handed out, and said.
     old = page_path(root, "full").stat().st_mtime - 3600
     os.utime(page_path(root, "full"), (old, old))
+    assert page_path(root, "full") in Course(root, log=lambda _: None).current_feedback(LESSON)
+    page_path(root, "full").with_name("made-from.json").write_text('{"grades": "0"}')
     logged: list[str] = []
     pages = Course(root, log=logged.append).current_feedback(LESSON)
     assert page_path(root, "full") not in pages
-    assert any("older than their grades" in line and "full" in line for line in logged)
+    assert any("whose grades changed" in line and "full" in line for line in logged)
 
 
 def test_the_score_list_names_each_exercise_as_the_lesson_does(course) -> None:

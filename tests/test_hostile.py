@@ -632,6 +632,10 @@ def test_each_exercise_is_judged_where_its_checks_ran_and_costs_its_own_points_o
         page = (state_batch["course"] / "feedback" / student / LESSON.name
                 / f"{LESSON.notebook_id}.html").read_text()
         assert note.replace("`", "&#96;") in page or note in page
+        # review STUDENT says it as the page does, under the exercise it is about
+        shown = in_process("review", LESSON.name, student, "--course-dir", state_batch["course"],
+                           check=True).stdout
+        assert f"\n    {note}\n" in shown, shown
     if student == "fails_first_probe":  # what the first run said, for the instructor alone
         first = state_batch["status"][student]["exercises"]["machine_epsilon"]["first_run"]
         assert first and all("a fault of the machine" in m for m in first), first

@@ -588,7 +588,8 @@ def test_a_keyless_course_refuses_hand_ins_drawn_with_a_key_and_takes_it_back(
 
 def test_the_hub_draws_for_the_course_id_the_roster_gives_its_user(tmp_path) -> None:
     from grader.content.variants import course_key, lab_variants
-    from grader.gradebook.identity import hub_variants, store_roster
+    from grader.course import hub_variants
+    from grader.gradebook.identity import store_roster
     from grader.intake.rosters import Person
 
     course, _ = _course(tmp_path / "course")

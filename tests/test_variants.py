@@ -173,11 +173,17 @@ def test_each_student_is_graded_on_their_own_numbers_and_a_copy_earns_nothing(
         assert f"the answer for your numbers ({spec.said(index)}) is {answer}" in text, name
         assert "(within 10%, as the check counts) earns the point" in text
         assert f"Your numbers (drawn for {name}): {spec.said(index)}" in text  # their MLP ran
-    grader("report", LESSON, "--course-dir", course)
+    # Pass rates by variant count the scores after review, as exercises.csv does, and leave
+    # out work on other numbers than the student's own (the copy, the defaults): they say
+    # nothing of how hard a variant is.
+    grader("review", LESSON, second, "--set", f"{PREDICTION}=0", "--note", "see me",
+           "--course-dir", course)
+    said = grader("report", LESSON, "--course-dir", course).stdout
     with (course / "reports" / LESSON / "variants.csv").open() as handle:
         by_variant = {int(r["variant"]): (int(r["passed"]), int(r["graded"]))
                       for r in csv.DictReader(handle)}
-    assert by_variant == {0: (0, 0), 1: (1, 1), 2: (1, 2), 3: (0, 1)}
+    assert by_variant == {0: (0, 0), 1: (1, 1), 2: (0, 1), 3: (0, 0)}
+    assert "not counted: 2 worked on other numbers than their own" in said
     shown = grader("review", LESSON, copier, "--course-dir", course).stdout
     assert f"the answer for your numbers ({variants_of_lesson(lesson).said(3)})" in shown
 

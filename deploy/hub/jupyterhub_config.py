@@ -65,7 +65,7 @@ def student_variants(spawner) -> str:
     # id (the roster's); read only: the instructor's commands record what they find.
     code = ("import os, sys; from pathlib import Path; "
             "from grader.content.variants import KEY_FILE; "
-            "from grader.gradebook.identity import hub_variants; "
+            "from grader.course import hub_variants; "
             "root = Path(sys.argv[1]); made = not (root / KEY_FILE).exists(); "
             "given = hub_variants(root, sys.argv[2]); "
             "made and (root / KEY_FILE).exists() and os.chown(root / KEY_FILE, "

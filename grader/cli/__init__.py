@@ -4,6 +4,7 @@ command's call into the layer that does the work (its options: grader/cli/parser
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -11,10 +12,9 @@ from pathlib import Path
 
 from grader.cli.parser import GLOBAL_OPTIONS, USAGE, build_parser
 from grader.common.errors import CourseError
-from grader.common.faults import Unavailable
+from grader.common.faults import Unavailable, damaged_database_line
 from grader.common.text import inert
 from grader.content.lessons import lesson_names, load_lesson
-from grader.grading.limits import Limits
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,20 +43,43 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, stopped)
     try:
-        return run(args)
+        code = run(args)
+        sys.stdout.flush()  # here, where a reader gone away is caught (review ... | head)
+        return code
+    except BrokenPipeError:
+        # The reader took what it wanted and went: nothing more to say, and no traceback at
+        # exit either (Python flushes standard output again then).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a command stopped by SIGPIPE
     except CourseError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {damaged(error, args) or error}", file=sys.stderr)
         return 2
     except Unavailable as fault:
-        print(f"stopped: {inert(str(fault), 400)}. Nothing is charged to a student, and every "
-              "submission stored so far is stored whole; when it is back, run the same command "
-              "with --resume to finish.", file=sys.stderr)
+        print(f"stopped: {inert(str(fault), 400)}. " + (
+            "Nothing is charged to a student, and every submission stored so far is stored "
+            "whole; when it is back, run the same command with --resume to finish."
+            if args.command == "autograde" else "Every file is written whole or not at all; "
+            "when it is back, run the same command again."), file=sys.stderr)
         return 3
+    except Exception as error:
+        said = damaged(error, args)
+        if not said:
+            raise
+        print(f"error: {said}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted." + (" Every submission stored so far is stored whole; run the "
                                 "same command with --resume to finish."
                                 if args.command == "autograde" else ""), file=sys.stderr)
         return 130
+
+
+def damaged(error: BaseException, args: argparse.Namespace) -> str:
+    """One line for a gradebook's database file that is damaged, or ''."""
+    from grader.content.lessons import REPO
+
+    return damaged_database_line(error, args.db_url,
+                                 args.course_dir or str(REPO / ".course"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         from grader.gradebook.deadlines_check import show
 
         return show(course, check=args.check)
+    if args.command in ("release", "collect", "demo", "roster"):
+        course.writable(args.command)
     if args.command == "release":
         to_exchange = args.exchange is not None
         if to_exchange:
@@ -109,39 +134,19 @@ def run(args: argparse.Namespace) -> int:
                          check_owner=not args.no_check_owner)
         return 0
     if args.command == "autograde":
-        if args.jobs < 1:
-            raise CourseError("--jobs must be at least 1")
-        if args.collected == (args.submissions is not None):
-            raise CourseError("give SUBMISSIONS (a folder or zip) or --collected (what "
-                              "python -m grader collect took from the exchange), not both"
-                              if args.collected else "give SUBMISSIONS: a folder or zip of "
-                              "hand-ins, or --collected for what python -m grader collect took")
-        if args.collected:
-            from grader.intake.exchange import COLLECTED
+        from grader.gradebook.batch import command as autograde
 
-            if not (course.root / COLLECTED).is_dir():
-                raise CourseError(f"nothing collected yet in {course.root / COLLECTED}: run "
-                                  f"python -m grader collect {args.lesson} first")
-            args.submissions, args.layout = course.root / COLLECTED, args.layout or "nbgrader"
         if args.queue_key is not None and args.broker is None:
             raise CourseError("--queue-key goes with --broker (the workers' queue)")
         course.queue_key = args.queue_key
-        limits = Limits(cell_seconds=args.cell_timeout, notebook_seconds=args.timeout,
-                        memory_bytes=args.memory * 2**30)
-        statuses = course.autograde(load_lesson(args.lesson), args.submissions, jobs=args.jobs,
-                                    use_sandbox=not args.no_sandbox, limits=limits,
-                                    partial=args.partial_credit, resume=args.resume,
-                                    broker=args.broker, layout=args.layout,
-                                    discard_overrides=args.discard_overrides,
-                                    times=args.times)
-        counts = {s: sum(v["status"] == s for v in statuses.values())
-                  for s in ("graded", "needs_review", "invalid")}
-        skipped = len(getattr(course, "skipped", []))
-        print(", ".join(f"{n} {s}" for s, n in counts.items())
-              + f" of {len(statuses) + skipped}"
-              + (f"; {skipped} skipped, graded already (--resume)" if skipped else ""))
+        return autograde(course, load_lesson(args.lesson), args)
+    if args.command == "withdraw":
+        from grader.gradebook.withdraw import withdraw
+
+        withdraw(course, load_lesson(args.lesson), args.students, args.reason, args.by)
         return 0
     if args.command == "feedback":
+        course.writable("feedback")
         lesson = load_lesson(args.lesson)
         from grader.gradebook.deadlines_check import not_yet_due
 
@@ -166,33 +171,28 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "report":
         from grader.outputs.report import report
 
-        report(course, load_lesson(args.lesson))
+        if args.out is None:
+            course.writable("report", "give --out DIR to write its files elsewhere")
+        report(course, load_lesson(args.lesson), args.out)
         return 0
     if args.command == "review":
         from grader.gradebook.review import command
 
+        if args.accept or args.set or args.total is not None or args.clear \
+                or args.clear_total or args.note is not None or args.regrade or args.accept_all:
+            course.writable("review with a decision")
         return command(course, load_lesson(args.lesson), args)
     if args.command == "similarity":
         from grader.outputs.similarity import similarity
 
+        course.writable("similarity")
         similarity(course, load_lesson(args.lesson), args.threshold, args.min_shared,
                    args.ignore_common)
         return 0
     if args.command == "export":
-        from grader.outputs.export import export, export_per_exercise
+        from grader.outputs.export import command as export
 
-        if args.per_exercise:
-            if args.format != "csv":
-                raise CourseError("--per-exercise writes the csv format (an LMS's import takes "
-                                  "one score per lesson): leave out --format, or drop "
-                                  "--per-exercise")
-            export_per_exercise(course, args.csv or course.root / "grades-per-exercise.csv")
-            return 0
-        suffix = "" if args.format == "csv" else f"-{args.format}"
-        export(course, args.csv or course.root / f"grades{suffix}.csv", args.format,
-               args.roster, args.assignments, args.include_flagged,
-               lesson=load_lesson(args.lesson).name if args.lesson else None)
-        return 0
+        return export(course, args, load_lesson(args.lesson).name if args.lesson else None)
     if args.command == "demo":
         from grader.lab.server import demo
 

@@ -26,9 +26,10 @@ python -m grader feedback LESSON [--zip]          HTML feedback per student (--z
                  [--exchange [DIR]] [--before-due]  --exchange: the students' Assignment List)
 python -m grader export [--format csv|canvas|moodle|moodle-worksheet] [--roster FILE]
                  [--assignments FILE] [--lesson LESSON] [--include-flagged] [--per-exercise]
-                 [--csv FILE]
+                 [--csv FILE] [--dry-run]         (--dry-run: what would change in the LMS)
+python -m grader withdraw LESSON [STUDENT ...] --reason TEXT   remove a batch's grades
 python -m grader deadlines [--check]              the deadlines file as read: dates, extensions
-python -m grader report LESSON                    pass rates, score histogram, flagged ones
+python -m grader report LESSON [--out DIR]        pass rates, score histogram, flagged ones
 python -m grader similarity LESSON              pairs of alike submissions (a hint, HTML)
                  [--threshold F] [--min-shared N] [--ignore-common N]
 python -m grader review LESSON [STUDENT]          flagged submissions; one student's grading
@@ -69,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     for dest, (flag, metavar, text) in GLOBAL_OPTIONS.items():
         common.add_argument(flag, dest=dest, metavar=metavar, help=text)
         parser.add_argument(flag, dest=f"{dest}_before", metavar=metavar, help=text)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # prog: a command's --help starts with its own usage, not the whole program's
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", prog="python -m grader")
 
     sync = commands.add_parser("sync", parents=[common], help="regenerate the lesson notebooks")
     sync.add_argument("lessons", nargs="*", metavar="LESSON")
@@ -158,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", parents=[common],
                                  help="pass rates, score histogram, flagged submissions")
     report.add_argument("lesson", metavar="LESSON")
+    report.add_argument("--out", type=Path, metavar="DIR",
+                        help="where to write the report's files (default: "
+                             "<course-dir>/reports/LESSON/)")
 
     similar = commands.add_parser(
         "similarity", parents=[common], help="pairs of submissions with alike exercise code",
@@ -212,6 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
                              "for a notebook the browser renamed (repeatable: every reason of "
                              "a flag it accepts contains one of them)")
 
+    withdraw = commands.add_parser(
+        "withdraw", parents=[common], help="remove a batch's grades (graded as the wrong "
+                                           "lesson, say), with a reason kept in the review log",
+        description="Remove the grades of LESSON (of the STUDENTs named, else of everyone): "
+                    "nbgrader's submissions, the grader's statuses, submission times, feedback "
+                    "pages and LMS feedback zips, the review decisions in force. The review log "
+                    "keeps a row per student with --reason; the hand-ins stored stay.")
+    withdraw.add_argument("lesson", metavar="LESSON")
+    withdraw.add_argument("students", nargs="*", metavar="STUDENT")
+    withdraw.add_argument("--reason", required=True, metavar="TEXT",
+                          help="why, kept in the review log")
+    withdraw.add_argument("--by", metavar="NAME",
+                          help="who withdraws (default: your user name on this machine)")
+
     deadlines = commands.add_parser(
         "deadlines", parents=[common], help="the deadlines file as read, and its mistakes",
         description="Read the deadlines file (--deadlines FILE, else <course-dir>/"
@@ -243,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: left out and listed)")
     export.add_argument("--lesson", metavar="LESSON",
                         help="this lesson only (moodle-worksheet: the worksheet's lesson)")
+    export.add_argument("--dry-run", action="store_true",
+                        help="write nothing: show what each student's grade in the file "
+                             "would become against the file written last time")
     export.add_argument("--per-exercise", action="store_true",
                         help="one row per student, lesson and exercise (csv format only; "
                              "default file: <course-dir>/grades-per-exercise.csv)")

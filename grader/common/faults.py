@@ -60,6 +60,41 @@ def is_broker_error(error: BaseException) -> bool:
         for cls in type(error).__mro__)
 
 
+# What SQLite says of a database file that is not one, or no longer whole.
+DAMAGED = ("file is not a database", "database disk image is malformed",
+           "malformed database schema", "file is encrypted or is not a database")
+
+
+def damaged_database(error: BaseException) -> str:
+    """What SQLite said, where ``error`` (or an error it came from) says the database file is
+    damaged; else ''."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        text = str(current).lower()
+        found = next((what for what in DAMAGED if what in text), "")
+        if found:
+            return found
+        todo += [current.__cause__, current.__context__, getattr(current, "orig", None)]
+    return ""
+
+
+def damaged_database_line(error: BaseException, db_url: str | None,
+                          course_dir: str | None) -> str:
+    """One line for a command stopped by a damaged gradebook's database, or ''."""
+    what = damaged_database(error)
+    if not what:
+        return ""
+    where = database_name(db_url) if db_url else os.path.join(course_dir or ".course",
+                                                               "gradebook.db")
+    return (f"the gradebook's database {where} is damaged ({what}): restore it from your "
+            "backup, and keep the damaged file aside; nothing was changed")
+
+
 def describe(error: BaseException) -> str:
     """The first line of an error, short."""
     text = (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -1,4 +1,11 @@
-"""Files the grader removes: a folder however deep its tree."""
+"""Files the grader writes and removes: a file written whole or not at all, a folder removed
+however deep its tree.
+
+Every file written for a person or an LMS (a CSV, a zip, an HTML page, a report, a plot) goes
+through ``written``: it is written under a temporary name beside its final one and renamed
+into place when complete, so a full disk, a kill or an error half way leaves the earlier file
+as it was (a rename within a folder is atomic on POSIX), never a file cut mid-row. A disk that
+cannot take it stops the command with ``Unavailable`` (one line, exit status 3)."""
 
 from __future__ import annotations
 
@@ -6,7 +13,68 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
+
+from grader.common.faults import Unavailable, describe, is_disk_error
+
+
+@contextlib.contextmanager
+def written(path: Path, mode: str = "w", *, newline: str | None = None,
+            encoding: str | None = "utf-8", private: bool = False) -> Iterator[IO]:
+    """A handle to write ``path`` through: under a temporary name in its folder, renamed to
+    ``path`` once the block ends without an error (flushed to the disk first); on an error
+    the temporary file goes and ``path`` is left as it was. A full or read-only disk raises
+    ``Unavailable``. ``private``: readable by its owner alone (else as a new file would be)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    except OSError as error:
+        raise _stopped(path, error) from error
+    try:
+        if not private:  # mkstemp makes 0600: give the mode a new file would have
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
+        binary = "b" in mode
+        with os.fdopen(fd, mode, **({} if binary else {"newline": newline,
+                                                        "encoding": encoding})) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(error, OSError) and is_disk_error(error):
+            raise _stopped(path, error) from error
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """``path``'s text, written whole (``written``)."""
+    with written(path) as handle:
+        handle.write(text)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """``path``'s bytes, written whole (``written``)."""
+    with written(path, "wb") as handle:
+        handle.write(data)
+
+
+def _stopped(path: Path, error: OSError) -> Exception:
+    if not is_disk_error(error):
+        return error
+    import errno
+
+    what = ("is read-only" if error.errno == errno.EROFS else "is full"
+            if error.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot be written")
+    return Unavailable(f"the disk holding {path.parent} {what}; {path.name} was not written "
+                       "(an earlier one stays as it was)", describe(error))
 
 
 def remove_tree(path: Path) -> None:

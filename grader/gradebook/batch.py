@@ -4,42 +4,36 @@ the batch early, and --resume finishes it."""
 
 from __future__ import annotations
 
-import hashlib
-import os
-import socket
 import sys
 import tempfile
-import time
-import zipfile
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC
 from pathlib import Path
+from typing import NamedTuple
 
 from grader.common.errors import CourseError
 from grader.common.faults import (
     Unavailable,
     check_space,
     database_name,
-    describe,
     is_database_error,
-    is_disk_error,
-    process_alive,
     retrying,
 )
-from grader.common.files import remove_tree
 from grader.common.text import display_name, inert, valid_student_id
 from grader.content.lessons import Lesson
-from grader.content.variants import Draw, lesson_draw, variants_of
+from grader.content.variants import Draw, variants_of
 from grader.gradebook import deadlines as deadlines_mod
 from grader.gradebook import ledger
 from grader.gradebook import store as storage
 from grader.gradebook import times as stored_times
+from grader.gradebook.checks import version_of
 from grader.gradebook.coursestate import refuse_keyless_grading
 from grader.gradebook.grades import _iso
-from grader.gradebook.identity import draw_student, identify_handins
+from grader.gradebook.identity import identify_handins
+from grader.gradebook.lock import lesson_lock
+from grader.gradebook.received import batch_folder, other_lesson, receive, unpacked
 from grader.grading.autograde import Graded, grade_submission
 from grader.grading.limits import Limits
 from grader.grading.probe import exercises
@@ -47,8 +41,45 @@ from grader.grading.processes import Cgroup
 from grader.grading.sandbox import bwrap_path
 from grader.intake import times as handin_times
 from grader.intake.handins import LABELS, Handin, recognise
-from grader.intake.lms_names import named_by_lms
-from grader.intake.zips import Received, copy_notebook, unpack_zip
+from grader.intake.zips import Received
+
+
+class How(NamedTuple):
+    """How a batch grades: the sandbox's limits and the rest of autograde's options."""
+
+    limits: Limits
+    partial: bool
+    use_sandbox: bool
+    broker: str | None
+    jobs: int
+    key: bytes | None = None  # the course's key (each student's own numbers); None: defaults
+
+
+def command(course, lesson: Lesson, args) -> int:
+    """``python -m grader autograde``, as the command line's ``args`` ask; its summary."""
+    if args.jobs < 1:
+        raise CourseError("--jobs must be at least 1")
+    if args.collected == (args.submissions is not None):
+        raise CourseError("give SUBMISSIONS (a folder or zip) or --collected (what "
+                          "python -m grader collect took from the exchange), not both"
+                          if args.collected else "give SUBMISSIONS: a folder or zip of "
+                          "hand-ins, or --collected for what python -m grader collect took")
+    if args.collected:
+        from grader.intake.exchange import COLLECTED
+
+        if not (course.root / COLLECTED).is_dir():
+            raise CourseError(f"nothing collected yet in {course.root / COLLECTED}: run "
+                              f"python -m grader collect {lesson.name} first")
+        args.submissions, args.layout = course.root / COLLECTED, args.layout or "nbgrader"
+    limits = Limits(cell_seconds=args.cell_timeout, notebook_seconds=args.timeout,
+                    memory_bytes=args.memory * 2**30)
+    statuses = course.autograde(lesson, args.submissions, jobs=args.jobs,
+                                use_sandbox=not args.no_sandbox, limits=limits,
+                                partial=args.partial_credit, resume=args.resume,
+                                broker=args.broker, layout=args.layout,
+                                discard_overrides=args.discard_overrides, times=args.times)
+    print(summary(course, lesson, statuses))
+    return 0
 
 
 def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
@@ -64,7 +95,8 @@ def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
     The review decisions in force for a student are kept and applied to the new grades,
     unless ``discard_overrides`` (logged as ``by``'s decision). Each hand-in's submission
     time is stored (grader/gradebook/deadlines.py): from ``times`` (the instructor's timestamps
-    file) where it names the student, else what the layout gives."""
+    file) where it names the student, else what the layout gives. One batch of a lesson at
+    a time (grader/gradebook/lock.py): another one is refused in one line."""
     if not submissions.exists():
         raise CourseError(f"no such submissions folder or zip: {submissions}")
     if use_sandbox and bwrap_path() is None:
@@ -72,73 +104,85 @@ def autograde(course, lesson: Lesson, submissions: Path, jobs: int = 1,
             "bubblewrap (bwrap) is not installed, so student code cannot be sandboxed. "
             "Install it (Debian/Ubuntu: apt-get install bubblewrap; it needs Linux), or pass "
             "--no-sandbox to run student code with your own rights (only for code you trust)")
-    if not use_sandbox:
-        print("warning: --no-sandbox: student code runs with your rights and can read, "
-              "change or delete your files", file=sys.stderr)
+    course.writable("autograde")
+    with lesson_lock(course, lesson.name, "regrade" if keep_handins else "autograde"):
+        if not use_sandbox:
+            print("warning: --no-sandbox: student code runs with your rights and can read, "
+                  "change or delete your files", file=sys.stderr)
+        deadlines = course.deadlines()
+        stamped = deadlines_mod.times_file(times, deadlines.zone if deadlines else None) \
+            if times is not None else {}
+        with unpacked(submissions, course.root) as received:
+            return _autograde(course, lesson, submissions, received, layout, keep_handins,
+                              stamped, deadlines, resume, (discard_overrides, by),
+                              How(limits or Limits(), partial, use_sandbox, broker, jobs))
+
+
+def _autograde(course, lesson: Lesson, submissions: Path, received, layout: str | None,
+               keep_handins: bool, stamped: dict, deadlines, resume: bool,
+               review: tuple[bool, str | None], how: How) -> dict[str, dict[str, str]]:
+    """The batch, its hand-ins received: recognised, their times stored, each graded."""
+    layout, handins, notes = recognise(received.root, lesson.name, lesson.notebook.name,
+                                       layout, received.refused_members,
+                                       display_name(str(submissions)))
+    received.notes += notes
+    if not handins:
+        refused = "".join(f"\n  {note}" for note in received.notes[:20])
+        raise CourseError(f"{display_name(str(submissions))} holds no hand-ins "
+                          f"(read as {LABELS[layout]}; expected SUBMISSIONS/<student_id>/"
+                          "<notebook>.ipynb, or an LMS's download as it came)" + refused)
+    wrong = "" if keep_handins else other_lesson(handins, lesson)
+    if wrong:
+        raise CourseError(wrong)
     if not course.is_released(lesson):
         course.release(lesson)
     key = course.key()  # checked against the gradebook's; None: everyone's numbers the defaults
+    how = how._replace(key=key)
     varies = key is not None and bool(variants_of(lesson))
-    trial = Cgroup.create(Limits()) if use_sandbox else None
+    trial = Cgroup.create(Limits()) if how.use_sandbox else None
     if trial is not None:
         trial.remove()
-    elif use_sandbox:
+    elif how.use_sandbox:
         course.log(f"note: no cgroup for the kernels ({Cgroup.unavailable_reason}): memory "
                    "limits do not count shared memory, and a busy submission can slow the "
                    "one graded beside it (docs/instructor.md, 'How a submission is graded')")
-    limits = limits or Limits()
-    deadlines = course.deadlines()
-    stamped = deadlines_mod.times_file(times, deadlines.zone if deadlines else None) \
-        if times is not None else {}
-    statuses: dict[str, dict[str, str]] = {}
-    with _unpacked(submissions, course.root) as received:
-        layout, handins, notes = recognise(received.root, lesson.name,
-                                           lesson.notebook.name, layout,
-                                           received.refused_members,
-                                           display_name(str(submissions)))
-        received.notes += notes
-        if not handins:
-            refused = "".join(f"\n  {note}" for note in received.notes[:20])
-            raise CourseError(f"{display_name(str(submissions))} holds no hand-ins "
-                              f"(read as {LABELS[layout]}; expected SUBMISSIONS/<student_id>/"
-                              "<notebook>.ipynb, or an LMS's download as it came)" + refused)
-        late = sum(h.late for h in handins)
-        course.log(f"recognised {LABELS[layout]}: {len(handins)} student(s)"
-                   + (f", {late} marked late" if late else "")
-                   + ("" if layout in ("folders", "nbgrader") else
-                      " (override with --from if that is wrong)"))
-        for note in received.notes:
-            course.log(note)
-        if not keep_handins:  # a regrade keeps the time of the original hand-in
-            try:
-                store_times(course, lesson, layout, handins, received, stamped, deadlines)
-            except Exception as error:  # the grades matter more than the times
-                course.log(f"note: the submission times could not be stored "
-                           f"({type(error).__name__}: {inert(str(error), 200)}); no late "
-                           "penalty can be computed for this batch")
-        before = course.statuses(lesson.name).get(lesson.name, {})
-        kept = {h.student_id: before.get(h.student_id, {}).get("handin") or {} for h in handins}
-        identify_handins(course, lesson, layout, handins, kept, varies, keep_handins)
-        if key is None and variants_of(lesson):
-            refuse_keyless_grading(course, [h.notebook for h in handins if h.notebook])
-        course.handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
-        for handin in handins:  # a regrade: what the download said of it, its flags included
-            if keep_handins and kept[handin.student_id]:
-                course.handins[lesson.name][handin.student_id] = {
-                    **kept[handin.student_id], "course_id": handin.course_id,
-                    "group": handin.group}
-                handin.reasons[:0] = [r for r in kept[handin.student_id].get("reasons") or []
-                                      if isinstance(r, str) and r not in handin.reasons]
-        progress = Progress(len(handins), course.log, course.handins[lesson.name])
-        stored = read_stored(course, lesson) if resume else {}
-        review = (discard_overrides, by)
-        course.skipped = []
+    late = sum(h.late for h in handins)
+    course.log(f"recognised {LABELS[layout]}: {len(handins)} student(s)"
+               + (f", {late} marked late" if late else "")
+               + ("" if layout in ("folders", "nbgrader") else
+                  " (override with --from if that is wrong)"))
+    for note in received.notes:
+        course.log(note)
+    if not keep_handins:  # a regrade keeps the time of the original hand-in
         try:
-            grade_batch(course, lesson, handins, stored, review, progress, statuses, limits,
-                        partial, use_sandbox, broker, jobs, key)
-        finally:
-            progress.finish()
-            course.record_statuses(lesson, statuses)
+            store_times(course, lesson, layout, handins, received, stamped, deadlines)
+        except Exception as error:  # the grades matter more than the times
+            course.log(f"note: the submission times could not be stored "
+                       f"({type(error).__name__}: {inert(str(error), 200)}); no late "
+                       "penalty can be computed for this batch")
+    before = course.statuses(lesson.name).get(lesson.name, {})
+    kept = {h.student_id: before.get(h.student_id, {}).get("handin") or {} for h in handins}
+    identify_handins(course, lesson, layout, handins, kept, varies, keep_handins)
+    if key is None and variants_of(lesson):
+        refuse_keyless_grading(course, [h.notebook for h in handins if h.notebook])
+    course.handins[lesson.name] = {h.student_id: h.record(layout) for h in handins}
+    for handin in handins:  # a regrade: what the download said of it, its flags included
+        if keep_handins and kept[handin.student_id]:
+            course.handins[lesson.name][handin.student_id] = {
+                **kept[handin.student_id], "course_id": handin.course_id,
+                "group": handin.group}
+            handin.reasons[:0] = [r for r in kept[handin.student_id].get("reasons") or []
+                                  if isinstance(r, str) and r not in handin.reasons]
+    progress = Progress(len(handins), course.log, course.handins[lesson.name])
+    statuses: dict[str, dict[str, str]] = {}
+    course.skipped = []
+    try:
+        with batch_folder(course.root) as private:
+            grade_batch(course, lesson, handins, (read_stored(course, lesson), resume),
+                        review, progress, statuses, private, *how)
+    finally:
+        progress.finish()
+        course.record_statuses(lesson, statuses)
     return statuses
 
 
@@ -152,27 +196,73 @@ def read_stored(course, lesson: Lesson) -> dict[str, dict]:
                     is_transient=is_database_error, log=course.log)
 
 
-def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str, dict],
-                 review: tuple[bool, str | None], progress: Progress,
-                 statuses: dict[str, dict[str, str]], limits: Limits, partial: bool,
-                 use_sandbox: bool, broker: str | None, jobs: int,
-                 key: bytes | None = None) -> None:
+def summary(course, lesson: Lesson, statuses: dict[str, dict[str, str]]) -> str:
+    """The batch in a line: how many graded, flagged and invalid, the flags your review
+    decisions (kept) settle already, and those --resume skipped."""
+    from grader.gradebook.decisions import states
+
+    counts = {s: sum(v["status"] == s for v in statuses.values())
+              for s in ("graded", "needs_review", "invalid")}
+    decided = states(course.db_url, lesson.name) if counts["needs_review"] + \
+        counts["invalid"] else {}
+    settled = {s: sum(v["status"] == s and decided.get((lesson.name, student)) is not None
+                      and decided[(lesson.name, student)].resolved
+                      for student, v in statuses.items()) for s in counts}
+    skipped = len(getattr(course, "skipped", []))
+    return (", ".join(f"{n} {s}" + (f" ({settled[s]} settled by review decisions, kept)"
+                                    if settled[s] else "") for s, n in counts.items())
+            + f" of {len(statuses) + skipped}"
+            + (f"; {skipped} skipped, graded already (--resume)" if skipped else ""))
+
+
+def grade_batch(course, lesson: Lesson, handins: list[Handin],
+                stored: tuple[dict[str, dict], bool], review: tuple[bool, str | None],
+                progress: Progress, statuses: dict[str, dict[str, str]], private: Path,
+                limits: Limits, partial: bool, use_sandbox: bool, broker: str | None,
+                jobs: int, key: bytes | None = None) -> None:
     """Receive, grade and store each hand-in, ``jobs`` at once. Each submission is stored
     as one unit as soon as it is graded. A fault of the grader's own infrastructure (the
     database, the broker, the disk: grader/common/faults.py) stops the batch early: what is
-    stored stays, nothing is charged to a student, and --resume finishes the rest."""
+    stored stays, nothing is charged to a student, and --resume finishes the rest.
+    ``stored``: the ledger's rows of the lesson, and whether to skip a student whose row is
+    of the very notebook handed in, graded with the lesson's checks as they are now, on the
+    same student's numbers (a roster or key given since changes whose they are)."""
     pending = []
+    records, resume = stored
+    version = course.checks_version(lesson)
+    same, other_checks = [], Counter()
     for handin in handins:
         check_space([course.root, Path(tempfile.gettempdir())])
-        early = receive(course, lesson, handin, key)
+        early = receive(course, lesson, handin, private, key)
         if isinstance(early, Graded):
             statuses[early.student_id] = progress.done(
                 storage.store_submission(course, lesson, early, review)).outcome()
-        elif _graded_already(stored.get(handin.student_id, {}), early[3], early[4]):
-            progress.skip(handin.student_id)  # the same notebook is stored whole already
-            course.skipped.append(handin.student_id)
-        else:
+            continue
+        record = records.get(handin.student_id, {})
+        if record.get("notebook_sha256") != early[3] \
+                or record.get("drawn_for", early[4].student) != early[4].student:
             pending.append(early)
+        elif version_of(record) == version:
+            same.append(handin.student_id)
+            if resume:
+                progress.skip(handin.student_id)  # the same notebook, the same checks
+                course.skipped.append(handin.student_id)
+            else:
+                pending.append(early)
+        else:
+            other_checks[version_of(record) or "not recorded"] += 1
+            pending.append(early)
+    if other_checks:
+        course.log(f"{sum(other_checks.values())} of these very notebooks were graded with "
+                   f"other checks than the lesson's now ({version}; theirs: "
+                   + ", ".join(f"{v}: {n}" for v, n in other_checks.most_common())
+                   + "): graded again" + ("" if resume else " (as everyone is without "
+                                                            "--resume)"))
+    if same and not resume:
+        course.log(f"note: {len(same)} of {len(handins)} were graded from these very notebooks "
+                   "with these checks already: --resume skips them (grading everyone again "
+                   "now)")
+
     drawn_for = {item[0]: item[4].student for item in pending}
 
     def store(graded: Graded, digest: str) -> None:
@@ -184,7 +274,7 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str,
 
     if broker is not None:
         grade_on_workers(course, lesson, pending, limits, partial, use_sandbox, broker, store,
-                         jobs, key)
+                         jobs)
         return
 
     def work(item: tuple[str, Path, list[str], str, Draw]) -> tuple[Graded, str]:
@@ -227,58 +317,9 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin], stored: dict[str,
         raise stop
 
 
-def _graded_already(stored: dict, digest: str, drawn: Draw) -> bool:
-    """Whether the stored grade is of this very notebook, judged on the same student's numbers
-    (a roster or key given since changes whose they are)."""
-    return stored.get("notebook_sha256") == digest and stored.get(
-        "drawn_for", drawn.student) == drawn.student
-
-
-def receive(course, lesson: Lesson, handin: Handin, key: bytes | None = None,
-            ) -> Graded | tuple[str, Path, list[str], str, Draw]:
-    """Copy a student's notebook (and nothing else) in, with the draw it is graded on; what
-    cannot be graded, say why."""
-    name, reasons = handin.student_id, [*handin.reasons, *handin.identity]
-    if not valid_student_id(name):
-        what = "the folder's name" if course.handins.get(lesson.name, {}).get(
-            name, {}).get("from") in ("folders", "nbgrader", None) else "the LMS's id"
-        return Graded(display_name(name), "invalid", [
-            f"{what} is not a student id (letters, digits and ._@+-, at most 100;"
-            " rename it)", *reasons])
-    try:
-        target = course.root / "submitted" / name / lesson.name
-        if target.exists():  # re-grading replaces the earlier submission entirely
-            remove_tree(target)
-        if handin.notebook is None:
-            return Graded(name, "invalid", reasons or [
-                f"no notebook {lesson.notebook.name} in the submission"])
-        copy = target / lesson.notebook.name
-        copy_notebook(handin.notebook, copy)
-        if course.handins.get(lesson.name, {}).get(name, {}).get("from") == "nbgrader":
-            from grader.intake.exchange import copy_exchange_files
-
-            copy_exchange_files(handin.notebook.parent, target)  # feedback's secret
-        digest = hashlib.sha256(copy.read_bytes()).hexdigest()
-        record = course.handins.get(lesson.name, {}).get(name, {})
-        whose, why = draw_student(record, name, copy)
-        drawn = lesson_draw(key, lesson, whose)
-        if len(record.get("group") or []) > 1:
-            drawn = replace(drawn, group=tuple(record["group"]))
-            reasons += [why] if why and key is not None else []
-    except OSError as error:
-        if is_disk_error(error):  # our disk, not the student's file
-            raise Unavailable(f"the disk holding {course.root} cannot be written",
-                              describe(error)) from error
-        return Graded(name, "invalid", [f"the submission could not be read "
-                                        f"({error.strerror or type(error).__name__})",
-                                        *reasons])
-    return name, copy, list(reasons), digest, drawn
-
-
 def grade_on_workers(course, lesson: Lesson, pending: list, limits: Limits, partial: bool,
                       use_sandbox: bool, broker: str,
-                      store: Callable[[Graded, str], None], jobs: int,
-                      key: bytes | None) -> None:
+                      store: Callable[[Graded, str], None], jobs: int) -> None:
     """Prepare each submission here, run it on the queue's workers, judge it here (``jobs``
     at once: judging may run kernels here, for exercises judged again)."""
     from grader.grading.autograde import prepare_submission
@@ -409,56 +450,6 @@ class Progress:
     def finish(self) -> None:
         if self.live:
             print(file=sys.stderr)
-
-
-@contextmanager
-def _unpacked(submissions: Path, course_root: Path) -> Iterator[Received]:
-    """The submissions as a folder of student folders; a zip is unpacked safely first."""
-    try:
-        is_folder = submissions.is_dir()
-    except OSError as error:
-        raise CourseError(f"cannot read {display_name(str(submissions))}: "
-                          f"{error.strerror}") from None
-    if is_folder:
-        yield Received(submissions)
-        return
-    if not zipfile.is_zipfile(submissions):
-        raise CourseError(f"{display_name(str(submissions))} is neither a folder nor a zip file")
-    remove_leftovers(course_root)
-    tmp = Path(tempfile.mkdtemp(dir=course_root, prefix=f"{UNZIP}{socket.gethostname()}-"
-                                                          f"{os.getpid()}-"))
-    try:
-        yield unpack_zip(submissions, tmp, named_by_lms)
-    finally:
-        remove_tree(tmp)
-
-
-UNZIP = "unzip-"  # a zip's members, unpacked in the course directory for one batch
-LEFTOVER_SECONDS = 6 * 3600  # an unzip folder of no known process, untouched this long
-
-
-def remove_leftovers(course_root: Path) -> list[str]:
-    """Remove the unzip folders of batches that were killed (SIGKILL leaves them, holding
-    students' files): those of this machine whose process is gone, and any of no known process
-    left untouched for hours. Another grader's live batch keeps its folder."""
-    removed = []
-    host = socket.gethostname()
-    for folder in course_root.glob(f"{UNZIP}*"):
-        name = folder.name.removeprefix(UNZIP)
-        owner, _, rest = name.rpartition("-")[0].rpartition("-")
-        try:
-            pid = int(rest) if owner == host else None
-        except ValueError:
-            pid = None
-        try:
-            stale = (not process_alive(pid) if pid is not None else
-                     owner != host and time.time() - folder.stat().st_mtime > LEFTOVER_SECONDS)
-            if stale and folder.is_dir() and not folder.is_symlink():
-                remove_tree(folder)
-                removed.append(folder.name)
-        except OSError:
-            continue
-    return removed
 
 
 def _same_folder(one: Path, other: Path) -> bool:

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.common.errors import CourseError
+from grader.common.faults import Unavailable, check_space, describe, is_disk_error
+from grader.common.files import write_text
 from grader.common.text import tail
 from grader.content.lessons import COURSE_ID, REPO, Lesson
 from grader.content.variants import KEY_FILE as KEY_NAME
@@ -99,15 +101,43 @@ class CourseDir:
             raise CourseError(f"course directory {self.root} exists and is not a folder")
         self.deadlines_file = (self.deadlines_file.resolve() if self.deadlines_file
                                else self.root / "deadlines.toml")
-        if not self.write_config:
+        self.read_only = ""  # why the course directory cannot be written, where it cannot
+        if not self.write_config:  # read as another user (the hub): nothing written
+            self.read_only = "it is read here as another user"
             return
         # Solutions, hidden checks, the gradebook and students' work: for this user alone.
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (self.root / "nbgrader_config.py").write_text(CONFIG_TEMPLATE.format(
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            raise CourseError(f"cannot make the course directory {self.root}: "
+                              f"{error.strerror}") from None
+        config = CONFIG_TEMPLATE.format(
             root=str(self.root), course_id=COURSE_ID, db_url=self.db_url,
             deadlines=str(self.deadlines_file), source=str(self.root / "source"),
-            templates=str(TEMPLATES),
-            nbgrader_templates=_nbgrader_templates()))
+            templates=str(TEMPLATES), nbgrader_templates=_nbgrader_templates())
+        path = self.root / "nbgrader_config.py"
+        try:
+            unchanged = path.read_text() == config
+        except OSError:
+            unchanged = False
+        if not os.access(self.root, os.W_OK):
+            self.read_only = "it is read-only"
+        elif not unchanged:
+            try:
+                write_text(path, config)
+            except (OSError, Unavailable) as error:  # a snapshot, a share read-only to us
+                self.read_only = f"it cannot be written ({error})"
+
+    def writable(self, command: str, elsewhere: str = "") -> None:
+        """Stop ``command``, which writes in the course directory, where it cannot be
+        written; the read-only commands go on (``export --csv`` elsewhere, ``review LESSON``
+        and ``review LESSON STUDENT``, ``variants``, ``report --out`` elsewhere).
+        ``elsewhere``: how the command could write outside it."""
+        if self.read_only:
+            raise CourseError(f"{command} writes in the course directory {self.root}, and "
+                              f"{self.read_only}: {elsewhere or 'run it on a writable copy'} "
+                              "(what only reads works here: export --csv FILE elsewhere, "
+                              "review LESSON [STUDENT], variants, report LESSON --out DIR)")
 
     def nbgrader(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run one nbgrader command in the course directory, output captured."""
@@ -149,18 +179,34 @@ class CourseDir:
         if drift:
             raise CourseError(f"{lesson.name} is out of step: {drift[0]}; "
                               "run `python -m grader sync` first")
+        self.writable("release")
+        full = f"the disk holding {self.root} is full: {lesson.name} is not released"
+        check_space([self.root])
         varies = bool(variants_of(lesson))
-        if varies or new_key:  # each student's own numbers: the course's key, made once
-            self.key(create=True, new=new_key)
-        source = self.root / "source" / lesson.name
-        if source.exists():
-            shutil.rmtree(source)
-        shutil.copytree(lesson.folder, source,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        try:
+            if varies or new_key:  # each student's own numbers: the course's key, made once
+                self.key(create=True, new=new_key)
+            source = self.root / "source" / lesson.name
+            if source.exists():
+                shutil.rmtree(source)
+            shutil.copytree(lesson.folder, source,
+                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        except shutil.Error as error:  # copytree's errors, each as text
+            if any("No space left" in str(why) or "Disk quota" in str(why)
+                   for *_, why in error.args[0]):
+                raise Unavailable(full) from None
+            raise
+        except OSError as error:
+            if is_disk_error(error):
+                raise Unavailable(full, describe(error)) from None
+            raise
         done = self.nbgrader("generate_assignment", lesson.name, "--force")
         if done.returncode != 0:
+            if "No space left on device" in done.stderr + done.stdout:
+                raise Unavailable(full)
             raise CourseError(f"nbgrader generate_assignment {lesson.name} failed:\n"
                               + tail(done.stderr + done.stdout))
+        self.__dict__.pop("_checks_versions", None)  # the released lesson is part of them
         release = self.root / "release" / lesson.name
         if varies:  # the gradebook exists now: its key's fingerprint is recorded with it
             self.key(create=True)
@@ -186,6 +232,16 @@ class CourseDir:
                 self.log(f"warning: {warning}")
         return found
 
+    def checks_version(self, lesson: Lesson) -> str:
+        """The version of ``lesson``'s checks (grader/gradebook/checks.py), computed once per
+        command: what every grade this command stores is made with."""
+        from grader.gradebook.checks import checks_version
+
+        versions = self.__dict__.setdefault("_checks_versions", {})
+        if lesson.name not in versions:
+            versions[lesson.name] = checks_version(self, lesson)
+        return versions[lesson.name]
+
     @property
     def db_url(self) -> str:
         return self.database or f"sqlite:///{self.root / 'gradebook.db'}"
@@ -201,14 +257,8 @@ class CourseDir:
             copy = json.dumps(self.statuses(), indent=1, sort_keys=True)
         except CourseError:
             return
-        path = self.root / STATUS_FILE
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        try:
-            tmp.write_text(copy)
-            tmp.replace(path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        with contextlib.suppress(OSError, Unavailable):
+            write_text(self.root / STATUS_FILE, copy)
 
     def grades(self) -> list[dict[str, object]]:
         """One row per student and lesson, decisions and late penalties applied

@@ -47,7 +47,8 @@ class Decision:
                 "clear-total": "cleared the lesson's score set",
                 "note": "left a note",
                 "discard": "discarded every earlier decision",
-                "regrade": "graded the stored notebook again"}.get(self.action, self.action)
+                "regrade": "graded the stored notebook again",
+                "withdraw": "withdrew the grades"}.get(self.action, self.action)
         text = f"{self.when} {self.by}: {what}" + (f': "{self.note}"' if self.note else "")
         return inert(text, 3000)
 
@@ -124,7 +125,7 @@ def replay(rows: list[dict]) -> dict[tuple[str, str], State]:
             state.accepted = decision
         elif decision.action == "note":
             state.notes.append(decision)
-        elif decision.action == "discard":
+        elif decision.action in ("discard", "withdraw"):  # withdraw: the grades went too
             state.overrides, state.total, state.accepted, state.notes = {}, None, None, []
     return states
 

@@ -34,6 +34,8 @@ from grader.common.errors import CourseError
 from grader.common.text import inert, valid_student_id
 from grader.content.lessons import Lesson
 from grader.gradebook import ledger
+from grader.gradebook.checks import describe as describe_checks
+from grader.gradebook.checks import version_of
 from grader.gradebook.decisions import State, _num, replay, state_of, states, who
 from grader.intake.handins import NBGRADER_FILES
 
@@ -225,12 +227,16 @@ def show(course, lesson: Lesson, student_id: str, history: bool = True) -> None:
             mark = "  (set)" if name in state.overrides else ""
             lines.append(f"  {name:<26} {_num(result['score']):>6} {_num(result['max_score']):>4}"
                          f" {_num(result['computed']):>9}  {passed}{mark}")
+            if ran.get("note"):  # as the feedback page says it ("passes with a correct ...")
+                lines.append(f"    {inert(ran['note'], 300)}")
             if ran.get("told"):  # a graded prediction: the student's numbers and answer
                 lines.append(f"    {inert(ran['told'], 500)}")
             if ran.get("worked"):  # worked on other numbers: theirs, and the number's band
                 lines.append(f"    {inert(ran['worked'], 500)}")
             lines += _failed_checks(ran)
         lines += late_lines(row, "  ")
+    lines.append("  graded with " + describe_checks(version_of(record),
+                                                    course.checks_version(lesson)))
     shown = state.history if history else state.in_force
     if shown:
         lines.append("  review log:" if history else "  decisions in force:")

@@ -142,6 +142,7 @@ def ledger_row(course, lesson: Lesson, graded: Graded) -> dict:
                                "first_run": v.first_run[:10], "told": v.told,
                                **({"worked": v.worked} if v.worked else {})}
                       for v in graded.verdicts}}
+    details["checks"] = course.checks_version(lesson)  # what made it (gradebook/checks.py)
     handin = course.handins.get(lesson.name, {}).get(graded.student_id)
     if handin:
         details["handin"] = handin
@@ -180,11 +181,19 @@ def student_fields(course, lesson: Lesson, student_id: str, gb=None) -> dict[str
     return {key: gradebook_text(value) for key, value in fields.items() if value}
 
 
+# Beside a feedback page: the digest of the grades it was made from (grader/outputs/feedback.py).
+MADE_FROM = "made-from.json"
+# In feedback-zips/LESSON/: which zip holds whose page.
+ZIPS_MADE_FROM = "made-from.json"
+
+
 def withdraw(course, lesson: Lesson, students: set[str] | None = None) -> set[str]:
-    """Remove the feedback pages of ``lesson`` (of ``students``, else everyone's): to be done
-    whenever grades change. Returns the students who had one. What else is in their folders
-    stays (the copy of the submission's secret: grader/intake/exchange.py withdraws by it the page
-    released to the exchange)."""
+    """Remove the feedback pages of ``lesson`` (of ``students``, else everyone's), and every
+    LMS feedback zip that holds one of them (feedback-zips/LESSON/): to be done whenever
+    grades change, so that nothing made from the old grades stays to be handed out. Returns
+    the students who had a page. What else is in their folders stays (the copy of the
+    submission's secret: grader/outputs/publish.py withdraws by it the page released to the
+    exchange)."""
     withdrawn = set()
     folder = course.root / "feedback"
     pages = (folder.glob(f"*/{lesson.name}/*.html") if students is None else
@@ -192,5 +201,31 @@ def withdraw(course, lesson: Lesson, students: set[str] | None = None) -> set[st
               for page in (folder / student / lesson.name).glob("*.html")))
     for page in pages:
         page.unlink(missing_ok=True)
+        page.with_name(MADE_FROM).unlink(missing_ok=True)
         withdrawn.add(page.parent.parent.name)
+    if withdrawn:
+        _withdraw_zips(course, lesson, withdrawn if students is not None else None)
     return withdrawn
+
+
+def _withdraw_zips(course, lesson: Lesson, students: set[str] | None) -> None:
+    """The LMS feedback zips of ``lesson`` that hold a page of ``students`` (None: all)."""
+    import json
+
+    target = course.root / "feedback-zips" / lesson.name
+    if not target.is_dir():
+        return
+    try:
+        holds = json.loads((target / ZIPS_MADE_FROM).read_text())
+    except (OSError, ValueError):
+        holds = None  # made before zips were recorded: none can be told current
+    gone = []
+    for archive in sorted(target.glob("*.zip")):
+        held = holds.get(archive.name) if isinstance(holds, dict) else None
+        if students is None or not isinstance(held, list) or set(held) & students:
+            archive.unlink(missing_ok=True)
+            gone.append(archive.name)
+    if gone and students is not None:  # (all of them: the pages are being made again)
+        course.log(f"  withdrew {len(gone)} LMS feedback zip(s) of {lesson.name} that held a "
+                   f"page of grades that changed: {inert(', '.join(gone), 300)} (python -m "
+                   f"grader feedback {lesson.name} --zip makes them again)")

@@ -21,10 +21,12 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from grader.common import files
 from grader.common.errors import CourseError
 from grader.common.text import display, inert, student_cell
 from grader.gradebook.coursedir import CourseDir
 from grader.intake.rosters import read_assignments, read_rosters
+from grader.outputs.tables import Tables
 
 KINDS = ("csv", "canvas", "moodle", "moodle-worksheet")
 
@@ -64,9 +66,8 @@ def export_per_exercise(course: CourseDir, path: Path) -> int:
     rows = course.grades()
     statuses = course.statuses()
     decisions = states(course.db_url)
-    path.parent.mkdir(parents=True, exist_ok=True)
     written = 0
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with files.written(path, newline="") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student_id", "lesson", "exercise", "score", "max_score",
                          "computed_score", "status", "overridden", "review_note",
@@ -89,12 +90,32 @@ def export_per_exercise(course: CourseDir, path: Path) -> int:
     return written
 
 
+def command(course: CourseDir, args, lesson: str | None) -> int:
+    """``python -m grader export``, as the command line's ``args`` ask."""
+    if not args.dry_run and (args.csv is None or course.root in args.csv.resolve().parents):
+        course.writable("export", "give --csv FILE to write elsewhere")
+    if args.per_exercise:
+        if args.format != "csv" or args.dry_run:
+            raise CourseError("--per-exercise writes the csv format (an LMS's import takes "
+                              "one score per lesson), and no LMS reads it: leave out --format "
+                              "and --dry-run, or drop --per-exercise")
+        export_per_exercise(course, args.csv or course.root / "grades-per-exercise.csv")
+        return 0
+    suffix = "" if args.format == "csv" else f"-{args.format}"
+    export(course, args.csv or course.root / f"grades{suffix}.csv", args.format, args.roster,
+           args.assignments, args.include_flagged, lesson=lesson, dry_run=args.dry_run)
+    return 0
+
+
 def export(course: CourseDir, path: Path, kind: str = "csv",
            roster_path: Path | list[Path] | None = None,
            assignments_path: Path | None = None, include_flagged: bool = False,
-           lesson: str | None = None) -> int:
+           lesson: str | None = None, dry_run: bool = False) -> int:
     """Write the grades to ``path`` as ``kind`` (of ``lesson`` alone where given); return the
-    number of students written. ``roster_path``: one roster or several (merged)."""
+    number of students written. ``roster_path``: one roster or several (merged). With
+    ``dry_run``, write nothing: say what each file would change against the one written
+    last time (grader/outputs/tables.py)."""
+    tables = Tables(course.log, dry_run)
     if kind not in KINDS:
         raise CourseError(f"unknown export format {kind!r}: {', '.join(KINDS)}")
     rows = course.grades()
@@ -108,7 +129,7 @@ def export(course: CourseDir, path: Path, kind: str = "csv",
     if kind == "moodle-worksheet":
         from grader.outputs.lms_export import write_worksheet
 
-        return write_worksheet(course, path, rows, roster_path or [], include_flagged)
+        return write_worksheet(course, path, rows, roster_path or [], include_flagged, tables)
     if kind == "moodle" and not roster_path:
         raise CourseError(
             "Moodle's grade import finds each student by a Moodle identifier (username, e-mail "
@@ -143,34 +164,34 @@ def export(course: CourseDir, path: Path, kind: str = "csv",
             course.log(f"{len(unknown)} graded student(s) are not on the roster: "
                        + inert(", ".join(unknown), 500))
         students = sorted(set(students) | set(roster))
-    path.parent.mkdir(parents=True, exist_ok=True)
     if kind != "csv":
         from grader.outputs.lms_export import write_lms
 
         return write_lms(course, path, kind, rows, students, lessons, maxima, roster or {},
-                         assignments, include_flagged)
+                         assignments, include_flagged, tables)
     columns = exercise_columns(rows)
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
-        writer.writerow(["student_id", "lesson", "score", "max_score", "status", "reason",
-                         "name", "late", "from", "lms_id", "computed_score", "review",
-                         "review_note", "reviewed_by",
-                         *(f"{lesson}/{name}" for lesson, name in columns), *LATE_COLUMNS])
-        for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
-            score = "" if row["score"] is None else float(row["score"])
-            computed = row.get("computed_score")
-            per = row.get("exercises") or {}
-            writer.writerow([student_cell(row["student_id"]), row["lesson"], score,
-                             float(row["max_score"]), row["status"],
-                             display(row.get("reason", "")), display(row.get("name", "")),
-                             "late" if row.get("late") else "", row.get("from", ""),
-                             display(row.get("lms_id", "")),
-                             "" if computed is None else float(computed),
-                             display(row.get("review", "")), display(row.get("review_note", "")),
-                             display(row.get("reviewed_by", "")),
-                             *(float(per[name]["score"]) if lesson == row["lesson"]
-                               and name in per else "" for lesson, name in columns),
-                             *late_cells(row)])
-    course.log(f"wrote {len(students)} student(s), {len(lessons)} lesson(s) to {path} "
-               "(scores in raw points)")
+    lines: list[list] = [["student_id", "lesson", "score", "max_score", "status", "reason",
+                          "name", "late", "from", "lms_id", "computed_score", "review",
+                          "review_note", "reviewed_by",
+                          *(f"{lesson}/{name}" for lesson, name in columns), *LATE_COLUMNS]]
+    for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
+        score = "" if row["score"] is None else float(row["score"])
+        computed = row.get("computed_score")
+        per = row.get("exercises") or {}
+        lines.append([student_cell(row["student_id"]), row["lesson"], score,
+                      float(row["max_score"]), row["status"],
+                      display(row.get("reason", "")), display(row.get("name", "")),
+                      "late" if row.get("late") else "", row.get("from", ""),
+                      display(row.get("lms_id", "")),
+                      "" if computed is None else float(computed),
+                      display(row.get("review", "")), display(row.get("review_note", "")),
+                      display(row.get("reviewed_by", "")),
+                      *(float(per[name]["score"]) if lesson == row["lesson"]
+                        and name in per else "" for lesson, name in columns),
+                      *late_cells(row)])
+    tables.write(path, lines, ("student_id", "lesson"), ("score", "status"), "name",
+                 quoting=csv.QUOTE_NONNUMERIC)
+    if not dry_run:
+        course.log(f"wrote {len(students)} student(s), {len(lessons)} lesson(s) to {path} "
+                   "(scores in raw points)")
     return len(students)

@@ -9,24 +9,28 @@ outlive them:
 - every page of the lesson is withdrawn before the pages are made again, so that a student
   whose new grades cannot be shown (their latest hand-in was invalid, or their page cannot be
   rendered) is left with no page and a line saying why, never with the page of earlier grades;
-- only pages made after their student's grades last changed are handed out
-  (``current_pages``: the LMS zips here, the exchange in grader/intake/exchange.py). Grades change
-  when a submission is graded (the ledger's ``graded_at``), when review decides (the review
-  log), when a submission time is stored, and for everyone when the deadlines file changes.
+- only pages that show the grades as they are now are handed out (``current_pages``: the
+  LMS zips here, the exchange in grader/outputs/publish.py). Each page records the digest of
+  the grades it was made from (grader/gradebook/digest.py: the ledger's row, nbgrader's
+  grades, the review log, the submission time, the deadlines file), taken before it is
+  rendered, in ``made-from.json`` beside it; it is current while the grades' digest now is
+  the same. No clock is compared: a review decided while the page renders makes it stale,
+  and a clock that steps back makes nothing stale.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import re
 import zipfile
 from pathlib import Path
 
 from grader.common.errors import CourseError
-from grader.common.files import remove_tree
+from grader.common.files import remove_tree, write_text, written
 from grader.common.text import inert, tail
 from grader.content.lessons import Lesson
-from grader.gradebook.store import withdraw
+from grader.gradebook.digest import grade_digests
+from grader.gradebook.store import MADE_FROM, ZIPS_MADE_FROM, withdraw
 
 # The line of nbgrader's log that says why a page could not be made: a Python exception's.
 EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Exit)"
@@ -40,6 +44,7 @@ def write_pages(course, lesson: Lesson, zips: bool = False) -> Path:
     feedback-zips/LESSON/."""
     folder = course.root / "feedback"
     withdrawn = withdraw(course, lesson)
+    made_from = grade_digests(course, lesson.name)  # before rendering: a change after shows
     done = course.nbgrader("generate_feedback", lesson.name, "--force")
     graded = _graded(course, lesson)
     missing = [s for s in graded if not page_of(course, lesson, s).exists()]
@@ -55,6 +60,10 @@ def write_pages(course, lesson: Lesson, zips: bool = False) -> Path:
             raise CourseError(f"nbgrader generate_feedback {lesson.name} made no page; the "
                               f"first error: {failed[missing[0]]}\n"
                               + inert(tail(done.stderr + done.stdout), 3000))
+    for student in graded:
+        if student not in failed and page_of(course, lesson, student).exists():
+            write_text(page_of(course, lesson, student).with_name(MADE_FROM),
+                       json.dumps({"grades": made_from.get(student, "")}))
     for student, why in failed.items():
         course.log(f"no feedback page for {inert(student, 120)}: {why} (run `nbgrader "
                    f"generate_feedback {lesson.name} --student {inert(student, 120)}` in "
@@ -79,59 +88,34 @@ def page_of(course, lesson: Lesson, student: str) -> Path:
 
 
 def current_pages(course, lesson: Lesson) -> list[Path]:
-    """The feedback pages of ``lesson`` that show the grades as they are: a page older than its
-    student's grades is withdrawn (removed, and said), never handed out."""
-    changed = grades_changed(course, lesson.name)
+    """The feedback pages of ``lesson`` that show the grades as they are: a page whose grades
+    changed since it was made (its ``made-from.json`` differs from the grades' digest now, or
+    it has none) is withdrawn (removed, and said), never handed out."""
+    now = grade_digests(course, lesson.name)
     fresh, stale = [], []
     for page in sorted((course.root / "feedback").glob(f"*/{lesson.name}/*.html")):
         student = page.parent.parent.name
-        if page.stat().st_mtime < changed.get(student, 0.0):
-            page.unlink()
-            stale.append(student)
-        else:
+        if made_from(page) and made_from(page) == now.get(student):
             fresh.append(page)
+        else:
+            page.unlink()
+            page.with_name(MADE_FROM).unlink(missing_ok=True)
+            stale.append(student)
     if stale:
-        course.log(f"withdrew {len(stale)} feedback page(s) older than their grades (run "
-                   f"`python -m grader feedback {lesson.name}` to make them again): "
-                   + inert(", ".join(stale), 300))
+        course.log(f"withdrew {len(stale)} feedback page(s) whose grades changed since they "
+                   f"were made (run `python -m grader feedback {lesson.name}` to make them "
+                   "again): " + inert(", ".join(stale), 300))
     return fresh
 
 
-def grades_changed(course, lesson_name: str) -> dict[str, float]:
-    """student -> when their grades of ``lesson_name`` last changed, in seconds since the
-    epoch: the latest of their grading (the ledger), review decision (the review log),
-    stored submission time (``ctc_submission_time``, grader/intake/times.py), and the
-    deadlines file's last change. The times are the writing machines' clocks: graders that
-    share a database keep theirs in step (NTP)."""
-    from sqlalchemy import column, func, inspect, select, table
-
-    from grader.gradebook import ledger
-
-    if not course.has_gradebook():
-        return {}
+def made_from(page: Path) -> str:
+    """The digest of the grades ``page`` was made from ('' where it does not say)."""
     try:
-        everyone = os.stat(course.deadlines_file).st_mtime
-    except OSError:
-        everyone = 0.0
-    engine = ledger.engine(course.db_url)
-    queries = [
-        select(ledger.STATUS.c.student_id, ledger.STATUS.c.graded_at)
-        .where(ledger.STATUS.c.lesson == lesson_name),
-        select(ledger.REVIEW_LOG.c.student_id, func.max(ledger.REVIEW_LOG.c.at))
-        .where(ledger.REVIEW_LOG.c.lesson == lesson_name)
-        .group_by(ledger.REVIEW_LOG.c.student_id),
-    ]
-    if inspect(engine).has_table("ctc_submission_time"):
-        times = table("ctc_submission_time", column("lesson"), column("student_id"),
-                      column("recorded_at"))
-        queries.append(select(times.c.student_id, times.c.recorded_at)
-                       .where(times.c.lesson == lesson_name))
-    found: dict[str, float] = {}
-    with engine.connect() as connection:
-        for query in queries:
-            for student, when in connection.execute(query):
-                found[student] = max(found.get(student, everyone), float(when or 0.0))
-    return found
+        with page.with_name(MADE_FROM).open("rb") as handle:  # ours, and small
+            found = json.loads(handle.read(4096)).get("grades", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return found if isinstance(found, str) else ""
 
 
 def cause(log: str) -> str:
@@ -168,6 +152,7 @@ def for_lms(course, lesson: Lesson, pages: list[Path]) -> None:
     target.mkdir(parents=True)
     records = course.statuses(lesson.name).get(lesson.name, {})
     moodle, canvas, single, skipped = [], [], 0, []
+    holds: dict[str, list[str]] = {}  # zip -> the students whose pages it holds
     for page in pages:
         student = page.parent.parent.name
         handin = records.get(student, {}).get("handin") or {}
@@ -176,16 +161,22 @@ def for_lms(course, lesson: Lesson, pages: list[Path]) -> None:
             skipped.append(student)
         elif source == "moodle":
             moodle.append((f"{named}_assignfeedback_file_/{page.name}", page))
+            holds.setdefault("moodle-feedback.zip", []).append(student)
         elif source == "canvas":
             canvas.append((student, page, handin))
+            holds.setdefault("canvas-reupload.zip", []).append(student)
         else:
-            with zipfile.ZipFile(target / f"{student}.zip", "w",
-                                 compression=zipfile.ZIP_DEFLATED) as archive:
+            with written(target / f"{student}.zip", "wb") as handle, \
+                    zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
                 archive.write(page, f"{student}/{lesson.name}/{page.name}")
+            holds[f"{student}.zip"] = [student]
             single += 1
+    # Which zip holds whose page: a page withdrawn later takes its zips with it
+    # (grader/gradebook/store.py, ``withdraw``).
+    write_text(target / ZIPS_MADE_FROM, json.dumps(holds, sort_keys=True))
     if moodle:
-        with zipfile.ZipFile(target / "moodle-feedback.zip", "w",
-                             compression=zipfile.ZIP_DEFLATED) as archive:
+        with written(target / "moodle-feedback.zip", "wb") as handle, \
+                zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for member, page in moodle:
                 archive.write(page, member)
         course.log(f"{len(moodle)} page(s) in {target}/moodle-feedback.zip: in the Moodle "

@@ -36,9 +36,11 @@ import zipfile
 from pathlib import Path
 
 from grader.common.errors import CourseError
+from grader.common.files import written
 from grader.common.text import FORMULA_START, display, inert, student_cell
 from grader.intake import worksheet
 from grader.intake.rosters import Assignment
+from grader.outputs.tables import Tables
 
 MOODLE_IDS = {"username": "Username", "email": "Email address", "id_number": "ID number"}
 WORKSHEET_NEEDS = ("Identifier", "Grade", "Maximum Grade", "Last modified (grade)")
@@ -62,19 +64,19 @@ def unsafe_identifier(value: str) -> str:
     return ""
 
 
-def lesson_file(path: Path, lesson: str, lessons: int) -> Path:
-    """Where one lesson's import file goes: ``path`` itself for one lesson, else
-    ``<stem>-<lesson><suffix>`` beside it."""
-    return path if lessons == 1 else path.with_name(f"{path.stem}-{lesson}{path.suffix}")
+def lesson_file(path: Path, lesson: str) -> Path:
+    """Where one lesson's import file goes: ``<stem>-<lesson><suffix>`` beside ``path``,
+    however many lessons have grades (a name that changed once a second lesson was graded
+    would leave the first file behind, stale)."""
+    return path.with_name(f"{path.stem}-{lesson}{path.suffix}")
 
 
-def _held_file(path: Path, held: list[list[str]]) -> Path:
+def _held_file(path: Path, held: list[list[str]], tables: Tables | None = None) -> Path:
     target = path.with_name(f"{path.stem}-not-exported.csv")
-    with target.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
-        writer.writerow(["student_id", "name", "lesson", "status", "why"])
-        writer.writerows([[student_cell(row[0]), *(display(v) for v in row[1:])]
-                          for row in held])
+    (tables or Tables(print)).side_file(target, [
+        ["student_id", "name", "lesson", "status", "why"],
+        *([student_cell(row[0]), *(display(v) for v in row[1:])] for row in held)],
+        quoting=csv.QUOTE_NONNUMERIC)
     return target
 
 
@@ -123,8 +125,11 @@ def points_out_of(lessons: list[str], rows: list[dict], roster: dict[str, dict[s
 
 def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[str],
               lessons: list[str], maxima: dict[str, float], roster: dict[str, dict[str, str]],
-              assignments: dict[str, Assignment], include_flagged: bool) -> int:
-    """Canvas's or Moodle's grade import file of each lesson; the number of people written."""
+              assignments: dict[str, Assignment], include_flagged: bool,
+              tables: Tables | None = None) -> int:
+    """Canvas's or Moodle's grade import file of each lesson; the number of people written.
+    ``tables``: where they go (written whole, or compared for a dry run)."""
+    tables = tables or Tables(course.log)
     by_cell = {(str(r["student_id"]), str(r["lesson"])): r for r in rows}
     held: list[list[str]] = []  # student, name, lesson, status, why
     if assignments:
@@ -148,7 +153,10 @@ def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[st
         if came.get("from") == "canvas" and not found.get("lms_id") \
                 and not student.startswith("anon_"):
             found["lms_id"] = student  # the user id in Canvas's own download
-        found["name"] = found.get("name") or came.get("name", "")
+        # Canvas's download names a student by their sortable name squashed ("lovelaceada"):
+        # no name to show Canvas, which matches by id and shows its own
+        found["name"] = found.get("name") or (came.get("name", "")
+                                              if came.get("from") != "canvas" else "")
         found["email"] = found.get("email") or came.get("email", "")
         return found
 
@@ -215,18 +223,29 @@ def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[st
             lines.append([display(name or ours[0]), *given, section, cell] if kind == "canvas"
                          else [*given, display(name), cell])
             written.add(given)
-        target = lesson_file(path, lesson, len(columns))
+        target = lesson_file(path, lesson)
         if len(lines) == first:
-            course.log(f"{lesson}: no student has a score to write, so no file")
+            if target.exists() and not tables.dry_run:  # made from grades that are gone
+                target.unlink()
+                course.log(f"{lesson}: no student has a score to write, so no file (removed "
+                           f"{target}, written from grades that no longer hold)")
+            else:
+                course.log(f"{lesson}: no student has a score to write, so no file")
             continue
-        with target.open("w", newline="", encoding="utf-8") as handle:
-            csv.writer(handle).writerows(lines)
+        if kind == "canvas":
+            tables.write(target, lines, ("ID", "SIS User ID", "SIS Login ID"),
+                         (column.canvas_header,), "Student")
+        else:
+            tables.write(target, lines, (MOODLE_IDS[id_fields[0]],), (column.title,),
+                         "Full name")
         files.append((target, len(lines) - first))
-    held_path = _held_file(path, held)
+    held_path = _held_file(path, held, tables)
     if not files:
         raise CourseError(f"nothing written: no student has both a score and an identifier "
                           f"{'Canvas' if kind == 'canvas' else 'Moodle'} knows. "
                           + _held_summary(held, held_path, include_flagged))
+    if tables.dry_run:
+        return len(written)
     scaled = [c.lesson for c in columns if out_of.get(c.lesson) is not None]
     course.log(f"wrote {len(written)} student(s) ({kind}), a file per lesson: "
                + ", ".join(f"{target} ({n})" for target, n in files) + "; "
@@ -244,7 +263,7 @@ def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[st
 
 
 def write_worksheet(course, path: Path, rows: list[dict], rosters: list[Path],
-                    include_flagged: bool) -> int:
+                    include_flagged: bool, tables: Tables | None = None) -> int:
     """The lesson's Moodle grading worksheet, as Moodle gave it, with the grade of each
     participant who has one: for the assignment's own "Upload grading worksheet". Only the
     rows with a grade to write, and only the columns Moodle's importer reads and Moodle wrote
@@ -310,13 +329,15 @@ def write_worksheet(course, path: Path, rows: list[dict], rosters: list[Path],
     for student in sorted(set(by_student) - seen):
         held.append([student, str(by_student[student].get("name", "")), lesson, "not written",
                      "not in the worksheet (another assignment's participant id?)"])
-    held_path = _held_file(path, held)
+    tables = tables or Tables(course.log)
+    held_path = _held_file(path, held, tables)
     if len(lines) == 1:
         raise CourseError(f"nothing written: no participant of {source} has a grade to write. "
                           + _held_summary(held, held_path, include_flagged))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows(lines)
+    tables.write(path, lines, (named["Identifier"],), (named["Grade"],),
+                 named.get("Full name", ""))  # the worksheet's own headings
+    if tables.dry_run:
+        return len(lines) - 1
     course.log(f"wrote {len(lines) - 1} participant(s) of {lesson} to {path}, Moodle's grading "
                "worksheet with its Grade filled in (scaled to its Maximum Grade): in the "
                "assignment, View all submissions > Grading action > Upload grading worksheet")
@@ -332,7 +353,8 @@ def canvas_reupload_zip(target: Path, pages: list[tuple[str, Path, dict]]) -> li
     page, hand-in record). Returns why each student left out was (anonymous grading, a text
     submission, a name Canvas would read as another user's)."""
     skipped = []
-    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    with written(target, "wb") as handle, \
+            zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for student, page, handin in pages:
             prefix, file_id = str(handin.get("download_name", "")), str(handin.get("file_id", ""))
             name = f"{prefix}_{file_id}_{page.name}"

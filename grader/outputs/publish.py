@@ -71,7 +71,7 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
     check_folders(course, exchange, *(["feedback"] if os.path.lexists(
         exchange.course_path / "feedback") else []))
     feedback = course.root / "feedback"
-    pages = [p for p in course.current_feedback(lesson)  # none older than its grades
+    pages = [p for p in course.current_feedback(lesson)  # none whose grades changed since
              if p.name == f"{lesson.notebook.stem}.html"]
     withdrawn = _withdraw_released(course, lesson, exchange, {p.parent.parent.name
                                                               for p in pages})

@@ -52,6 +52,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
+from grader.common import files
 from grader.common.errors import CourseError
 from grader.common.text import display, inert
 from grader.content.lessons import Lesson
@@ -301,7 +302,7 @@ def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
 
 def _write_csv(path: Path, pairs: list[Pair], groups: list[list[str]],
                names: dict[str, str]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with files.written(path, newline="") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student_a", "student_b", "similarity_a", "similarity_b",
                          "shared_fingerprints", "identical", "exercises", "name_a", "name_b"])
@@ -397,5 +398,5 @@ def _write_html(path: Path, lesson: Lesson, pairs: list[Pair], groups: list[list
                          f"<th>{who(pair.b)}</th></tr><tr><td><pre>{highlighted(left, right)}"
                          f"</pre></td><td><pre>{highlighted(right, left)}</pre></td></tr>"
                          "</table>")
-    path.write_text(PAGE.format(title=e(f"{lesson.name}: similar submissions"),
-                                body="\n".join(parts)), encoding="utf-8")
+    files.write_text(path, PAGE.format(title=e(f"{lesson.name}: similar submissions"),
+                                       body="\n".join(parts)))

@@ -1,0 +1,150 @@
+"""One batch of a lesson at a time: a lock per course and lesson, held while a command changes
+that lesson's grades (``autograde``, ``review --regrade``, ``withdraw``).
+
+Two batches of one lesson at once would read and write the same students (each one's copy of
+a hand-in, its stored grade, --resume's view of what is done): the second is refused, in one
+line naming the first. The lock lives where the grades live, so that it holds across every
+machine that shares them:
+
+- SQLite (one machine): an ``flock`` on a file beside the database,
+  ``<gradebook.db>.LESSON.lock``, which the kernel releases when its process ends, however it
+  ends (a SIGKILL, the OOM killer);
+- PostgreSQL (several graders): a session-level advisory lock of the database
+  (``pg_try_advisory_lock``) on a connection held for the batch, which the server releases
+  when that connection ends, the grader's machine lost included. The connection's
+  ``application_name`` says who holds it (machine, process, command).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import socket
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from grader.common.errors import CourseError
+from grader.common.faults import Unavailable, database_name, describe, is_database_error
+from grader.common.text import inert
+
+
+class Busy(CourseError):
+    """Another batch of the lesson holds its lock."""
+
+
+def _holder(what: str) -> str:
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{what} on {socket.gethostname()}, process {os.getpid()}, since {started}"
+
+
+def _refusal(lesson: str, holder: str) -> str:
+    who = inert(holder, 200) or "who, unknown"
+    return (f"another command is changing the grades of {lesson} ({who}): one batch of a "
+            "lesson at a time. Wait for it to end, then run this again (with --resume, a "
+            "batch skips what the other stored)")
+
+
+@contextlib.contextmanager
+def lesson_lock(course, lesson: str, what: str) -> Iterator[None]:
+    """Hold the lock of ``lesson`` in ``course``'s gradebook while the block runs, or raise
+    ``Busy`` at once when another command holds it. ``what``: the command, for the other's
+    refusal."""
+    url = course.db_url
+    if url.startswith("sqlite"):
+        with _file_lock(_lock_file(course, lesson), lesson, what):
+            yield
+    elif url.startswith("postgresql"):
+        with _advisory_lock(url, lesson, what):
+            yield
+    else:  # another database: nbgrader supports these two; say that nothing guards it
+        course.log(f"note: no lock for {url.split(':', 1)[0]} databases: run one batch of "
+                   f"{lesson} at a time")
+        yield
+
+
+def _lock_file(course, lesson: str) -> Path:
+    from sqlalchemy.engine import make_url
+
+    database = make_url(course.db_url).database
+    if not database or database == ":memory:":
+        return course.root / f".batch-{lesson}.lock"
+    path = Path(database)
+    return path.with_name(f".{path.name}.{lesson}.lock")
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, lesson: str, what: str) -> Iterator[None]:
+    try:
+        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as error:
+        raise CourseError(f"cannot lock the grades of {lesson} ({path}: "
+                          f"{error.strerror}): is the course directory writable?") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(handle, 400, 0).decode("utf-8", "replace").strip()
+            raise Busy(_refusal(lesson, holder)) from None
+        with contextlib.suppress(OSError):  # who holds it, for the other's refusal
+            text = _holder(what).encode()
+            os.ftruncate(handle, 0)
+            os.pwrite(handle, text, 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(handle)  # the lock goes with the file's last descriptor
+
+
+def advisory_key(lesson: str) -> int:
+    """The lesson's lock as PostgreSQL's advisory lock key: a signed 64-bit number."""
+    return int.from_bytes(hashlib.sha256(f"ctc-batch/{lesson}".encode()).digest()[:8], "big",
+                          signed=True)
+
+
+@contextlib.contextmanager
+def _advisory_lock(url: str, lesson: str, what: str) -> Iterator[None]:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    key = advisory_key(lesson)
+    engine = create_engine(url, poolclass=NullPool,
+                           connect_args={"application_name": ("ctc " + _holder(what))[:63]})
+    try:
+        connection = engine.connect()
+    except Exception as error:
+        engine.dispose()
+        if is_database_error(error):
+            raise Unavailable(f"the gradebook's database ({database_name(url)})",
+                              describe(error)) from error
+        raise
+    try:
+        got = connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar()
+        connection.commit()
+        if not got:
+            raise Busy(_refusal(lesson, _pg_holder(connection, key)))
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            connection.close()  # ends the session, and with it the lock
+        engine.dispose()
+
+
+def _pg_holder(connection, key: int) -> str:
+    """Who holds the advisory lock ``key``: their connection's application name."""
+    from sqlalchemy import text
+
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    for _ in range(3):  # the holder may be between its lock and its name showing
+        row = connection.execute(text(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a "
+            "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+            "AND l.classid::bigint = :high AND l.objid::bigint = :low AND l.objsubid = 1"),
+            {"high": unsigned >> 32, "low": unsigned & 0xFFFFFFFF}).first()
+        if row is not None and row[0]:
+            return str(row[0]).removeprefix("ctc ")
+        time.sleep(0.1)
+    return ""

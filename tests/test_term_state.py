@@ -1,0 +1,529 @@
+"""A term's state that survives every re-run (issue 43): grades that say which checks made them,
+a batch of another lesson refused and a batch withdrawn, one batch of a lesson at a time that
+grades the bytes it hashed, feedback pages current while their grades are, files written
+whole, a read-only or damaged course directory said in one line.
+
+One class of lesson 01 is graded once (module fixture): s1 the instructor's answers, s2 one
+exercise wrong, s3 flagged (its code reaches for the file system), s4 the student version
+untouched. Each test works on its own copy of that course directory. The faults are real: a
+second grader's process, a grader stopped or blocked at a chosen moment (the wrapper of
+tests/test_faults.py), a tmpfs that fills or is mounted read-only, a PostgreSQL server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.content.lessons import load_lesson
+from tests import servers
+from tests.grading_helpers import (
+    REPO,
+    WRONG_ANSWERS,
+    cell,
+    grader,
+    grader_env,
+    points,
+    read_export,
+    read_notebook,
+    released_course,
+    submit,
+)
+from tests.test_faults import WRAPPER, wrapped_grader
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("term-state")]
+
+LESSON = load_lesson("01_float_formats")
+NAME = LESSON.notebook.name
+FULL = sum(points(read_notebook(LESSON.notebook)).values())
+WRONG, WRONG_SOURCE = WRONG_ANSWERS[LESSON.name]
+ONE_WRONG = FULL - points(read_notebook(LESSON.notebook))[WRONG]
+
+
+def notebooks(course: Path) -> dict[str, object]:
+    """The class's notebooks: full, wrong, flagged, untouched (the student version)."""
+    full = read_notebook(LESSON.notebook)
+    wrong = read_notebook(LESSON.notebook)
+    cell(wrong, WRONG).source = WRONG_SOURCE
+    flagged = read_notebook(LESSON.notebook)
+    cell(flagged, "machine_epsilon").source += "\nimport os  # reaches for the file system"
+    untouched = read_notebook(course / "release" / LESSON.name / NAME)
+    return {"full": full, "wrong": wrong, "flagged": flagged, "untouched": untouched}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, shared_tmp) -> dict:
+    tmp = tmp_path_factory.mktemp("term")
+    course = released_course([LESSON], shared_tmp, tmp / "course")
+    made = notebooks(course)
+    hand_ins = tmp / "class"
+    for student, kind in (("s1", "full"), ("s2", "wrong"), ("s3", "flagged"),
+                          ("s4", "untouched")):
+        submit(hand_ins, student, made[kind], NAME)
+    done = grader("autograde", LESSON.name, hand_ins, "--course-dir", course, "--jobs", "2")
+    assert "3 graded, 1 needs_review, 0 invalid of 4" in done.stdout, done.stdout
+    return {"course": course, "class": hand_ins, "made": made, "first": done}
+
+
+def copy_of(graded: dict, where: Path) -> Path:
+    shutil.copytree(graded["course"], where, symlinks=True)
+    return where
+
+
+def ledger(course: Path) -> dict[str, dict]:
+    from grader.gradebook import ledger as rows
+
+    return rows.read(f"sqlite:///{course / 'gradebook.db'}", LESSON.name).get(LESSON.name, {})
+
+
+def set_details(course: Path, **changes) -> None:
+    """Change the ledger's rows as another grader (another version of the checks, a clock
+    ahead) would have written them: ``student=(key, value)`` in ``details``, or
+    ``graded_at=seconds`` for everyone."""
+    import sqlite3
+
+    with sqlite3.connect(course / "gradebook.db") as db:
+        for student, change in changes.items():
+            if student == "graded_at":
+                continue
+            key, value = change
+            details = json.loads(db.execute(
+                "SELECT details FROM ctc_grading_status WHERE student_id = ?",
+                (student,)).fetchone()[0])
+            details[key] = value
+            db.execute("UPDATE ctc_grading_status SET details = ? WHERE student_id = ?",
+                       (json.dumps(details, sort_keys=True), student))
+        if "graded_at" in changes:
+            db.execute("UPDATE ctc_grading_status SET graded_at = ?", (changes["graded_at"],))
+
+
+def version(course: Path) -> str:
+    from grader.course import Course
+
+    return Course(course, log=lambda _: None).checks_version(LESSON)
+
+
+# ------------------------------------------------------------------ item 1: the checks' version
+
+def test_every_grade_says_which_checks_made_it_and_resume_grades_again_the_others(
+        graded, tmp_path) -> None:
+    course = copy_of(graded, tmp_path / "course")
+    current = version(course)
+    assert {s: r.get("checks") for s, r in ledger(course).items()} == {
+        s: current for s in ("s1", "s2", "s3", "s4")}
+    grader("review", LESSON.name, "s3", "--accept", "--course-dir", course)
+    # s1 and s3 graded with checks since fixed (a `git pull`, a case corrected and synced)
+    set_details(course, s1=("checks", "0ld0ld0ld0ld"), s3=("checks", "0ld0ld0ld0ld"))
+    said = grader("report", LESSON.name, "--course-dir", course).stdout
+    assert f"checks: 2 graded with the lesson's checks now ({current})" in said
+    assert "2 graded with other checks (0ld0ld0ld0ld: 2)" in said and "--resume" in said
+    shown = grader("review", LESSON.name, "s1", "--course-dir", course).stdout
+    assert f"graded with checks 0ld0ld0ld0ld, not the lesson's now ({current})" in shown
+    done = grader("autograde", LESSON.name, graded["class"], "--course-dir", course,
+                  "--resume")
+    assert ("2 of these very notebooks were graded with other checks than the lesson's now "
+            f"({current}; theirs: 0ld0ld0ld0ld: 2): graded again") in done.stdout
+    assert "skipped s2" in done.stdout and "skipped s4" in done.stdout
+    assert "skipped s1" not in done.stdout and "skipped s3" not in done.stdout
+    # s3's flag is settled by the decision kept: the summary says so rather than "lost"
+    assert ("1 graded, 1 needs_review (1 settled by review decisions, kept), 0 invalid of 4; "
+            "2 skipped") in done.stdout
+    assert {r.get("checks") for r in ledger(course).values()} == {current}
+    shown = grader("review", LESSON.name, "s1", "--course-dir", course).stdout
+    assert f"graded with checks {current} (the lesson's checks now)" in shown
+
+
+def test_the_checks_version_follows_the_cases_the_reference_and_the_release(tmp_path,
+                                                                          monkeypatch) -> None:
+    """Whatever decides an expected value changes the version: the hidden cases, the
+    reference code, the released lesson; the same files give the same version."""
+    from dataclasses import replace
+
+    from grader.gradebook.checks import checks_version
+
+    class Course:
+        root = tmp_path
+
+    import importlib.util
+
+    cases = Path(importlib.util.find_spec(LESSON.cases).origin).read_text()
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "ctc_cases_a.py").write_text(cases)
+    (tmp_path / "mods" / "ctc_cases_b.py").write_text(cases + "\n# a case fixed\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    a, b = replace(LESSON, cases="ctc_cases_a"), replace(LESSON, cases="ctc_cases_b")
+    assert checks_version(Course, a) == checks_version(Course, a)
+    assert checks_version(Course, a) != checks_version(Course, b)
+    assert checks_version(Course, a) != checks_version(Course,
+                                                       replace(a, module="grader.common.text"))
+    released = tmp_path / "source" / LESSON.name / NAME
+    released.parent.mkdir(parents=True)
+    before = checks_version(Course, a)
+    released.write_text("{}")
+    assert checks_version(Course, a) != before
+
+
+# ------------------------------------------------------------------ item 2: wrong lesson, withdraw
+
+def test_a_download_of_another_lesson_is_refused_before_anything_is_graded(graded,
+                                                                           tmp_path) -> None:
+    course = copy_of(graded, tmp_path / "course")
+    done = grader("autograde", "05_adamw_memory", graded["class"], "--course-dir", course,
+                  check=False)
+    assert done.returncode == 2
+    said = done.stderr.strip().splitlines()
+    assert len(said) == 1, said
+    assert said[0].startswith("error: every hand-in is float_formats.ipynb, the notebook of "
+                              "01_float_formats, and none is adamw_memory.ipynb: did you mean")
+    assert not (course / "release" / "05_adamw_memory").exists()  # refused before release
+    from grader.gradebook import ledger as rows
+
+    assert "05_adamw_memory" not in rows.read(f"sqlite:///{course / 'gradebook.db'}")
+
+
+def test_withdraw_removes_a_batchs_grades_and_logs_why(graded, tmp_path) -> None:
+    from grader.gradebook.decisions import state_of
+    from grader.gradebook.ledger import read_decisions
+
+    course = copy_of(graded, tmp_path / "course")
+    url = f"sqlite:///{course / 'gradebook.db'}"
+    grader("review", LESSON.name, "s2", "--set", f"{WRONG}=1", "--note", "close enough",
+           "--course-dir", course)
+    unknown = grader("withdraw", LESSON.name, "s9", "--reason", "x", "--course-dir", course,
+                     check=False)
+    assert unknown.returncode == 2 and "no grades of 01_float_formats to withdraw for s9; " \
+        "graded: s1, s2, s3, s4" in unknown.stderr
+    done = grader("withdraw", LESSON.name, "s2", "s4", "--reason", "handed in for lesson 02",
+                  "--by", "ta_1", "--course-dir", course)
+    assert "withdrew the grades of 2 student(s), as ta_1 (handed in for lesson 02): s2, s4" \
+        in done.stdout
+    assert set(ledger(course)) == {"s1", "s3"}
+    grader("export", "--course-dir", course, "--csv", tmp_path / "g.csv")
+    assert {s for s, _ in read_export(tmp_path / "g.csv")} == {"s1", "s3"}
+    with __import__("sqlite3").connect(course / "gradebook.db") as db:
+        left = db.execute("SELECT COUNT(*) FROM submitted_assignment sa JOIN student s ON "
+                          "sa.student_id = s.id WHERE s.id IN ('s2', 's4')").fetchone()[0]
+    assert left == 0
+    logged = [r for r in read_decisions(url, LESSON.name) if r["action"] == "withdraw"]
+    assert {(r["student_id"], r["by"], r["note"]) for r in logged} == {
+        ("s2", "ta_1", "handed in for lesson 02"), ("s4", "ta_1", "handed in for lesson 02")}
+    assert state_of(url, LESSON.name, "s2").in_force == []  # made on the grades withdrawn
+    assert not (course / "autograded" / "s2" / LESSON.name).exists()
+    # graded again, afresh: the withdrawn decision is not applied
+    grader("autograde", LESSON.name, graded["class"], "--course-dir", course, "--resume")
+    assert float(read_export_after(course, tmp_path)[("s2", LESSON.name)]["score"]) == ONE_WRONG
+
+
+def read_export_after(course: Path, tmp: Path) -> dict:
+    grader("export", "--course-dir", course, "--csv", tmp / "after.csv")
+    return read_export(tmp / "after.csv")
+
+
+# ------------------------------------------------------------------ item 3: one batch at a time
+
+def test_one_batch_of_a_lesson_at_a_time_grading_the_bytes_it_hashed(graded,
+                                                                     tmp_path) -> None:
+    """Batch A receives s5's notebook and, before grading it, something writes another over
+    its copy in submitted/ (as a second batch of the lesson once did): A grades the bytes it
+    hashed. Meanwhile batch B, a second --resume of the same lesson, is refused in one line,
+    naming A: nobody is graded twice."""
+    course = copy_of(graded, tmp_path / "course")
+    hand_ins = tmp_path / "class"
+    shutil.copytree(graded["class"], hand_ins)
+    submit(hand_ins, "s5", graded["made"]["full"], NAME)
+    wrong = tmp_path / "wrong.ipynb"
+    shutil.copyfile(graded["class"] / "s2" / NAME, wrong)
+    target = course / "submitted" / "s5" / LESSON.name / NAME
+    overwrite = ["sh", "-c", f"cp {wrong} {target} && sleep 6"]  # B comes meanwhile
+    first = subprocess.Popen(
+        [sys.executable, "-c", WRAPPER, "grader.gradebook.batch:grade_submission", "1",
+         f"run:{json.dumps(overwrite)}", "autograde", LESSON.name, str(hand_ins),
+         "--course-dir", str(course), "--resume", "--jobs", "1"],
+        cwd=REPO, env=grader_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (target.exists() and target.read_bytes() == wrong.read_bytes()):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.2)
+        second = grader("autograde", LESSON.name, hand_ins, "--course-dir", course,
+                        "--resume", check=False)
+        out, err = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert second.returncode == 2, second.stdout + second.stderr
+    said = second.stderr.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith(
+        "error: another command is changing the grades of 01_float_formats (autograde on "), said
+    assert f"process {first.pid}" in said[0] and "one batch of a lesson at a time" in said[0]
+    assert "s5: graded" in out and "s5" not in second.stdout
+    assert first.returncode == 0, err
+    assert "1 graded, 0 needs_review, 0 invalid of 5; 4 skipped" in out
+    record = ledger(course)["s5"]
+    assert record["notebook_sha256"] == hashlib.sha256((hand_ins / "s5" / NAME).read_bytes()
+                                                       ).hexdigest()
+    assert float(read_export_after(course, tmp_path)[("s5", LESSON.name)]["score"]) == FULL
+    assert not list(course.glob("batch-*"))  # the batch's own copies went with it
+
+
+@pytest.fixture(scope="module")
+def pg():
+    if servers.postgres_bin() is None:
+        pytest.skip("needs Debian's postgresql (make test installs it where it can)")
+    with servers.postgres_server() as server:
+        yield server
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from grader.course import Course
+from grader.gradebook.lock import lesson_lock
+course = Course(Path(sys.argv[1]), log=print, database=sys.argv[2])
+with lesson_lock(course, sys.argv[3], "autograde"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_the_lock_holds_across_machines_sharing_a_postgresql_gradebook(pg, tmp_path) -> None:
+    """Two graders with course directories of their own (two machines) and one PostgreSQL
+    gradebook: while one holds the lesson's lock the other is refused, naming it; another
+    lesson is free; the lock goes with the holder's connection, however the holder ends."""
+    from grader.course import Course
+    from grader.gradebook.lock import Busy, lesson_lock
+
+    url = servers.create_database(pg.url, "locks")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "machine-a"), url,
+                               LESSON.name], cwd=REPO, env=grader_env(),
+                              stdout=subprocess.PIPE, text=True)
+    other = Course(tmp_path / "machine-b", log=lambda _: None, database=url)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(Busy) as refused, lesson_lock(other, LESSON.name, "autograde"):
+            pass
+        assert f"(autograde on {os.uname().nodename}, process {holder.pid}, since " in \
+            str(refused.value)
+        with lesson_lock(other, "02_tensors_and_strides", "autograde"):
+            pass
+    finally:
+        holder.kill()  # as a machine lost: no goodbye to the server
+        holder.wait()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with lesson_lock(other, LESSON.name, "autograde"):
+                break
+        except Busy:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+
+
+# ------------------------------------------------------------------ items 4 and 6: feedback pages
+
+def test_a_page_is_current_while_its_grades_are_whatever_the_clocks_say(graded,
+                                                                       tmp_path) -> None:
+    """The grades were stored by a machine whose clock runs an hour ahead (or this one's
+    stepped back): every page stays current. s2's review is decided while the pages render
+    (after nbgrader read the grades, before it wrote s2's page): that page shows the old
+    grades and is withdrawn, never zipped for the LMS. Then a decision on s1 takes the LMS
+    zip made from s1's page with it; the others stay."""
+    course = copy_of(graded, tmp_path / "course")
+    set_details(course, graded_at=time.time() + 3600)
+    page = course / "feedback" / "s2" / LESSON.name / f"{LESSON.notebook_id}.html"
+    review = [sys.executable, "-m", "grader", "review", LESSON.name, "s2", "--set",
+              f"{WRONG}=1", "--note", "rounding only", "--course-dir", str(course)]
+    during = ["sh", "-c", f"cp {page} {tmp_path}/page && {shlex.join(review)} >/dev/null && "
+                          f"cp {tmp_path}/page {page}"]
+    done = wrapped_grader("grader.outputs.feedback:_graded", 1, f"run:{json.dumps(during)}",
+                          "feedback", LESSON.name, "--zip", "--course-dir", course)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("withdrew 1 feedback"))
+    assert "whose grades changed since they were made" in line and line.endswith(": s2")
+    zips = course / "feedback-zips" / LESSON.name
+    assert sorted(p.name for p in zips.glob("*.zip")) == ["s1.zip", "s3.zip", "s4.zip"]
+    assert not page.exists()
+    said = grader("review", LESSON.name, "s1", "--note", "see me", "--course-dir", course).stdout
+    assert "withdrew 1 LMS feedback zip(s) of 01_float_formats" in said and "s1.zip" in said
+    assert sorted(p.name for p in zips.glob("*.zip")) == ["s3.zip", "s4.zip"]
+    # A page put back from a backup, with what it was made from: other grades. Withdrawn.
+    from grader.course import Course
+
+    s3 = course / "feedback" / "s3" / LESSON.name
+    (s3 / "made-from.json").write_text(json.dumps({"grades": "0" * 64}))
+    logged: list[str] = []
+    pages = Course(course, log=logged.append).current_feedback(LESSON)
+    assert [p.parent.parent.name for p in pages] == ["s4"]
+    assert any("whose grades changed" in line and "s3" in line for line in logged)
+
+
+# ------------------------------------------------------------------ items 5 and 9: the disk
+
+@pytest.fixture
+def small_disk(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(mount: Path) -> None:
+    subprocess.run(["sh", "-c", f"fallocate -l $(df -B1 --output=avail {mount} | tail -1) "
+                                f"{mount}/filler; dd if=/dev/zero of={mount}/rest bs=4096 "
+                                "2>/dev/null; true"], check=True)
+
+
+def test_a_full_disk_leaves_every_file_as_it_was_and_says_so_in_one_line(graded,
+                                                                         small_disk) -> None:
+    course = copy_of(graded, small_disk / "course")
+    grader("export", "--course-dir", course)
+    grader("report", LESSON.name, "--course-dir", course)
+    before = {p: p.read_bytes() for p in [course / "grades.csv",
+                                          *(course / "reports" / LESSON.name).iterdir()]}
+    grader("review", LESSON.name, "s2", "--set", f"{WRONG}=1", "--note", "ok",
+           "--course-dir", course)  # the export would change
+    fill(small_disk)
+    for command in (["export"], ["report", LESSON.name], ["release", LESSON.name]):
+        done = grader(*command, "--course-dir", course, check=False)
+        said = done.stderr.strip().splitlines()
+        assert done.returncode == 3, (command, done.stdout, done.stderr)
+        assert len(said) == 1 and said[0].startswith("stopped: the disk holding") \
+            and "is full" in said[0] and "--resume" not in said[0], said
+        assert "Traceback" not in done.stdout + done.stderr
+    assert {p: p.read_bytes() for p in before} == before  # nothing cut, nothing lost
+    assert not list(course.rglob("*.partial"))
+    assert (course / "release" / LESSON.name / NAME).is_file()  # the earlier release stands
+
+
+def test_a_file_written_whole_is_the_old_one_until_the_new_one_is_complete(tmp_path) -> None:
+    from grader.common.files import written
+
+    path = tmp_path / "grades.csv"
+    path.write_text("old,complete\n")
+    with pytest.raises(RuntimeError), written(path) as handle:
+        handle.write("new,half")
+        raise RuntimeError("killed half way")
+    assert path.read_text() == "old,complete\n" and os.listdir(tmp_path) == ["grades.csv"]
+    with written(path) as handle:
+        handle.write("new,complete\n")
+    assert path.read_text() == "new,complete\n" and os.listdir(tmp_path) == ["grades.csv"]
+
+
+def test_a_read_only_course_directory_reads_and_refuses_to_write_in_one_line(
+        graded, small_disk, tmp_path) -> None:
+    course = copy_of(graded, small_disk / "course")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    for command in (["review", LESSON.name], ["review", LESSON.name, "s2"], ["variants"],
+                    ["export", "--csv", tmp_path / "g.csv"],
+                    ["report", LESSON.name, "--out", tmp_path / "report"]):
+        done = grader(*command, "--course-dir", course, check=False)
+        assert done.returncode == 0, (command, done.stderr)
+    assert ("s2", LESSON.name) in read_export(tmp_path / "g.csv")
+    assert (tmp_path / "report" / "exercises.csv").is_file()
+    for command in (["autograde", LESSON.name, graded["class"]], ["feedback", LESSON.name],
+                    ["report", LESSON.name], ["export"], ["review", LESSON.name, "s2",
+                                                          "--accept"]):
+        done = grader(*command, "--course-dir", course, check=False)
+        said = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(said) == 1, (command, done.stderr)
+        assert "writes in the course directory" in said[0] and "read-only" in said[0]
+
+
+# ------------------------------------------------------------------ item 9: damaged, a pipe
+
+def test_a_damaged_gradebook_is_said_in_one_line(graded, tmp_path) -> None:
+    course = copy_of(graded, tmp_path / "course")
+    (course / "gradebook.db").write_bytes(b"not a database, " * 1000)
+    for command in (["review", LESSON.name], ["export", "--csv", tmp_path / "g.csv"],
+                    ["report", LESSON.name], ["autograde", LESSON.name, graded["class"]]):
+        done = grader(*command, "--course-dir", course, check=False)
+        said = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(said) == 1, (command, done.stderr)
+        assert said[0] == (f"error: the gradebook's database {course / 'gradebook.db'} is "
+                           "damaged (file is not a database): restore it from your backup, "
+                           "and keep the damaged file aside; nothing was changed")
+
+
+def test_a_reader_that_goes_away_is_no_error(graded) -> None:
+    """``review ... | head``: the reader takes a line and goes; no BrokenPipeError."""
+    reading = subprocess.Popen([sys.executable, "-m", "grader", "review", LESSON.name, "s2",
+                                "--course-dir", str(graded["course"])], cwd=REPO,
+                               env=grader_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    reading.stdout.close()  # gone before the first line
+    err = reading.stderr.read().decode()
+    assert reading.wait(timeout=120) == 141 and err == "", err
+
+
+# ------------------------------------------------------------------ item 10: smaller needs
+
+def test_a_rerun_without_resume_says_what_resume_would_skip(graded, tmp_path) -> None:
+    course = copy_of(graded, tmp_path / "course")
+    done = wrapped_grader("grader.gradebook.batch:exercises", 1, "term", "autograde",
+                          LESSON.name, graded["class"], "--course-dir", course)
+    assert done.returncode == 130, done.stderr
+    assert ("note: 4 of 4 were graded from these very notebooks with these checks already: "
+            "--resume skips them") in done.stdout
+    assert "--resume to finish" in done.stderr
+
+
+def test_report_counts_after_review_in_the_notebooks_order_on_whole_ticks(graded,
+                                                                         tmp_path) -> None:
+    import csv
+
+    course = copy_of(graded, tmp_path / "course")
+    grader("review", LESSON.name, "s2", "--set", f"{WRONG}=1", "--note", "ok",
+           "--course-dir", course)
+    said = grader("report", LESSON.name, "--course-dir", course).stdout
+    folder = course / "reports" / LESSON.name
+    with (folder / "pass_rates.csv").open() as handle:
+        rates = {r["exercise"]: (int(r["passed"]), int(r["graded"]))
+                 for r in csv.DictReader(handle)}
+    with (folder / "exercises.csv").open() as handle:
+        spread = {r["exercise"]: (int(r["full_marks"]), int(r["submissions"]))
+                  for r in csv.DictReader(handle)}
+    assert list(rates) == list(spread) == list(points(read_notebook(LESSON.notebook)))
+    assert rates == spread and rates[WRONG] == (3, 4)  # s1, s2 set in review, s3
+    with (folder / "handins.csv").open() as handle:
+        assert {r["checks"] for r in csv.DictReader(handle)} == {version(course)}
+    with (folder / "variants.csv").open() as handle:  # s4's prediction: never attempted
+        assert sum(int(r["graded"]) for r in csv.DictReader(handle)) == 3
+    assert "not counted: 1 gave no number (never attempted)" in said
+
+
+def test_the_score_histogram_has_whole_ticks() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from grader.outputs.report import histogram
+
+    fig = histogram([1.0, 2.0, 2.0], 3.0, LESSON)
+    for axis in (fig.axes[0].xaxis, fig.axes[0].yaxis):
+        ticks = [t for t in axis.get_majorticklocs()]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    plt.close(fig)
+
+
+def test_a_commands_help_starts_with_its_own_usage(capsys) -> None:
+    from grader.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["autograde", "--help"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("usage: python -m grader autograde "), first
