@@ -20,16 +20,18 @@ def report(course: CourseDir, lesson: Lesson, out: Path | None = None) -> Path:
     """Write pass rates, a score histogram and the flagged submissions to ``out`` (default
     reports/LESSON/ in the course directory), each file written whole. Pass rates count the
     scores after review, exercise by exercise in the notebook's order, as exercises.csv
-    does."""
+    does, of the submissions that ran (an invalid one, never run, is in the histogram and the
+    flagged list only)."""
     graded = course.statuses(lesson.name).get(lesson.name, {})
     rows = [r for r in course.grades() if r["lesson"] == lesson.name]
     if not rows:
         raise CourseError(f"no grades for {lesson.name} yet: run `python -m grader autograde "
                           f"{lesson.name} SUBMISSIONS` first")
     folder = out.resolve() if out is not None else course.root / "reports" / lesson.name
+    ran = [r for r in rows if r["computed_status"] != "invalid"]  # an invalid one never ran
 
     exercises: dict[str, list[bool]] = {}
-    for row in rows:
+    for row in ran:
         for name, result in (row.get("exercises") or {}).items():
             exercises.setdefault(name, []).append(
                 float(result["score"]) >= float(result["max_score"]))
@@ -43,8 +45,8 @@ def report(course: CourseDir, lesson: Lesson, out: Path | None = None) -> Path:
             writer.writerow([name, sum(passes), len(passes), f"{rate:.3f}"])
             lines.append(f"{name:<28} {sum(passes):>8} {len(passes):>4} {rate:>7.0%}")
 
-    lines += ["", *_per_exercise(rows, graded, folder / "exercises.csv")]
-    lines += _per_variant(course, lesson, rows, graded, folder / "variants.csv")
+    lines += ["", *_per_exercise(ran, graded, folder / "exercises.csv")]
+    lines += _per_variant(course, lesson, ran, graded, folder / "variants.csv")
 
     # Every submission the grader flagged, settled by a review decision or still open.
     flagged = [(r["student_id"], r["computed_status"], r["reason"], r.get("review") or "open")
