@@ -586,6 +586,23 @@ def test_the_bias_moves_only_the_choice_and_against_the_load() -> None:
         [-0.01, 0.01, 0.0])
 
 
+def test_the_bias_changes_which_affinities_get_a_gradient_and_adds_no_loss() -> None:
+    """The chosen experts' outputs are weighted by their affinities alone: the output's gradient
+    reaches the affinities of the chosen experts only, so a bias that changes the choice changes
+    which affinities learn; the bias itself gets no gradient (it is no term of any loss)."""
+    affinity = torch.tensor([[0.9, 0.8, 0.1]], requires_grad=True)
+    bias = torch.tensor([-0.5, 0.0, 0.0], requires_grad=True)
+    expert_outputs = torch.tensor([[1.0, 2.0, 3.0]])
+    for shift, chosen_expert in ((torch.zeros(3, requires_grad=True), 0), (bias, 1)):
+        chosen = biased_top_k(affinity, shift, 1)
+        assert chosen.tolist() == [[chosen_expert]]
+        out = (affinity.gather(1, chosen) * expert_outputs.gather(1, chosen)).sum()
+        to_affinity, to_bias = torch.autograd.grad(out, (affinity, shift), allow_unused=True,
+                                                   materialize_grads=True)
+        assert to_affinity.nonzero()[:, 1].tolist() == [chosen_expert]
+        assert not to_bias.any()
+
+
 # ---------------------------------------------------------------- bad input
 
 
