@@ -139,10 +139,13 @@ def expert_parallel_bytes(n_tokens: int, d_model: int, top_k: int, ep_size: int,
     """Expected bytes one rank sends in one MoE block's forward under expert parallelism.
 
     The rank holds ``n_tokens`` tokens; each goes to top_k experts, spread evenly over the
-    ``ep_size`` ranks and chosen uniformly, and each (token, expert) pair is sent on its own: a
-    vector of d numbers to the expert's rank (dispatch) and its result back (combine). An
-    expert on the rank's own GPU costs no transfer, which is the case for 1 / ep_size of the
-    pairs on average.
+    ``ep_size`` ranks and chosen uniformly, and each (token, expert) pair is sent on its own. In
+    the dispatch the rank sends, for each of its pairs whose expert is on another rank, a vector
+    of d numbers there; an expert on its own GPU costs no transfer, which is the case for
+    1 / ep_size of the pairs on average. In the combine it sends back the results of the pairs
+    that other ranks dispatched to its experts: with every rank holding as many tokens and
+    routing alike, as many pairs on average as it dispatched, so the combine sends what the
+    dispatch sent.
 
     Args:
         n_tokens: T, tokens on the rank (>= 0).
@@ -234,7 +237,10 @@ def dropped_tokens(expert_counts: list[int], capacity_factor: float) -> int:
                          f"got {expert_counts!r:.80}")
     counts = [_count("every expert count", c, 0) for c in expert_counts]
     factor = _positive("capacity_factor", capacity_factor)
-    # Exact: a float product such as 1.1 * 100 / 10 may land just above a whole number.
+    # The factor exactly as given (a float's own binary value, read exactly by Fraction), times
+    # the even share, rounded up once: the same capacity whatever the order of the product. A
+    # decimal factor is not exact in binary: 1.1 is stored as 1.100000000000000088..., so 100
+    # assignments over 10 experts at 1.1 have a capacity of 12, not 11.
     capacity = math.ceil(Fraction(factor) * sum(counts) / len(counts))
     return sum(max(0, c - capacity) for c in counts)
 

@@ -5,7 +5,8 @@ experts and top_k changed, the lesson's counts: parameters in all and per token,
 state per GPU when ``ep_size`` GPUs share the experts, one MoE block's all-to-all against its
 experts' compute on lesson 07's H100 node, and a decode step's experts touched, weight bytes and
 tokens per second on the roofline of the same GPUs, beside dense models of the same total and of
-the same active size. ``experts_explorer`` is the ipywidgets panel the notebook shows.
+the same active size, and whether the decode's weights and cache fit in those GPUs' memory.
+``experts_explorer`` is the ipywidgets panel the notebook shows.
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ def moe_plan(shape: dict, n_experts: int, top_k: int, batch_size: int, ep_size: 
         "touched": expected_experts_touched(batch_size, n_experts, top_k),
         "decode_bytes": moe_decode_bytes(batch_size, split["non_expert"], split["per_expert"],
                                          model["n_layers"], n_experts, top_k),
-        "weights_fit": 2 * total <= ep_size * gpu["memory_bytes"],
+        "cache_bytes": batch_size * CONTEXT * kv,
+        # what decode keeps in memory: the bf16 weights and every sequence's cache
+        "decode_fits": 2 * total + batch_size * CONTEXT * kv <= ep_size * gpu["memory_bytes"],
         "moe_tokens": moe_decode_tokens_per_second(model, batch_size, CONTEXT, kv,
                                                    ep_size * peak,
                                                    ep_size * gpu["memory_bandwidth"]),
@@ -117,6 +120,8 @@ def plan_html(plan: dict, n_experts: int, top_k: int, batch_size: int, ep_size: 
              plan["touched"], f"{plan['touched']:,.1f} of {n_experts}"),
         _row("decode_bytes", "weight bytes of that step (bf16)", plan["decode_bytes"],
              f"{plan['decode_bytes'] / 1e9:,.1f} GB"),
+        _row("cache_bytes", f"KV cache of the batch ({CONTEXT:,} tokens each)",
+             plan["cache_bytes"], f"{plan['cache_bytes'] / 1e9:,.1f} GB"),
         _row("moe_tokens", f"tokens/s, this MoE on {gpus}", plan["moe_tokens"],
              f"{plan['moe_tokens']:,.0f}"),
         _row("dense_total_tokens", "tokens/s, dense of the same total", plan["dense_total_tokens"],
@@ -124,13 +129,13 @@ def plan_html(plan: dict, n_experts: int, top_k: int, batch_size: int, ep_size: 
         _row("dense_active_tokens", "tokens/s, dense of the same active size",
              plan["dense_active_tokens"], f"{plan['dense_active_tokens']:,.0f}"),
     ]
-    fits = ("the bf16 weights fit" if plan["weights_fit"] else
-            "the bf16 weights do not fit: more GPUs needed")
+    fits = ("decode's bf16 weights and KV cache fit" if plan["decode_fits"] else
+            "decode's bf16 weights and KV cache do not fit: more GPUs or a smaller batch")
     return ('<div class="ctc-moe" style="font-size:15px;line-height:1.5">'
             '<table style="border-collapse:collapse;min-width:520px">' + "".join(rows)
-            + f'</table><div data-fits="{str(plan["weights_fit"]).lower()}" '
-            f'style="font-weight:bold;color:{"#007a33" if plan["weights_fit"] else "#b00020"}">'
-            f'{fits} on {gpus}</div></div>')
+            + f'</table><div data-fits="{str(plan["decode_fits"]).lower()}" '
+            f'style="font-weight:bold;color:{"#007a33" if plan["decode_fits"] else "#b00020"}">'
+            f'{fits} in the memory of {gpus}</div></div>')
 
 
 def experts_explorer(models: dict[str, dict], gpu: dict, node: dict) -> widgets.VBox:

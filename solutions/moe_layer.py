@@ -99,17 +99,42 @@ def switch_aux_loss(scores: Float[Tensor, "tokens n_experts"],
                     experts_of: Int[Tensor, "tokens top_k"]) -> Tensor:
     """The Switch Transformer's load-balancing loss, E · sum_i f_i · P_i: f_i the share of the
     assignments that went to expert i, P_i the router's mean probability for it. It is 1 when
-    both are even (1 / E each) and grows as the router favours some experts; only P_i carries
-    a gradient, which pulls probability away from the experts that get too many tokens."""
+    both are even (1 / E each), and more when the router gives its busiest experts the most
+    probability, as a router that favours some experts does; it is not smallest at even shares
+    (a top-1 router with shares 0.6 and 0.4 can score 0.92). Only P_i carries a gradient
+    (counting is not differentiable): E · f_i, largest for the busiest experts, so a step down
+    the gradient lowers their probability most."""
     n_experts = scores.shape[-1]
     share = torch.bincount(experts_of.flatten(), minlength=n_experts) / experts_of.numel()
     return n_experts * (share * scores.mean(dim=0)).sum()
 
 
+def balance_by_aux_loss(logits: Float[Tensor, "tokens n_experts"], top_k: int, steps: int,
+                        step_size: float) -> tuple[list[float], list[float]]:
+    """``steps`` steps of gradient descent on the Switch loss alone, for a router whose scores
+    are softmax(logits + preference) and whose only learned part is the preference, one number
+    per expert, starting at 0. Returns, per step before its update, the loss and the busiest
+    expert's load over the even share."""
+    n_tokens, n_experts = logits.shape
+    preference = torch.zeros(n_experts, requires_grad=True)
+    losses, busiest = [], []
+    for _ in range(steps):
+        scores = (logits + preference).softmax(dim=-1)
+        chosen = scores.topk(top_k, dim=-1).indices
+        loss = switch_aux_loss(scores, chosen)
+        (gradient,) = torch.autograd.grad(loss, preference)
+        with torch.no_grad():
+            preference -= step_size * gradient
+        losses.append(loss.item())
+        busiest.append(max(expert_counts(chosen, n_experts)) * n_experts / (n_tokens * top_k))
+    return losses, busiest
+
+
 def biased_top_k(affinity: Float[Tensor, "tokens n_experts"], bias: Float[Tensor, " n_experts"],
                  top_k: int) -> Int[Tensor, "tokens top_k"]:
     """DeepSeek-V3's choice of experts: the top_k of affinity + bias. The bias moves only the
-    choice; the weights of the chosen experts' outputs still come from the affinity alone."""
+    choice (and so which affinities take part, and get a gradient); the weights of the chosen
+    experts' outputs still come from the affinity alone, and no term is added to the loss."""
     return (affinity + bias).topk(top_k, dim=-1).indices
 
 

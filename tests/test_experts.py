@@ -7,6 +7,7 @@ routing of small cases, simulated routers, a direct count of refused assignments
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import json
 import math
@@ -157,7 +158,9 @@ class LatentAttention(nn.Module):
 def test_deepseek_v3_counted_with_mla_and_dense_blocks_gives_671b_and_37b() -> None:
     """A meta-device DeepSeek-V3 (MLA in all 61 blocks, dense gated MLPs of 18432 in the first
     3, 256 routed and 1 shared expert in the other 58): 671.0B parameters, 37.6B of them per
-    token, as the report's 671B and 37B; the simple count says 721.0B and 54.8B."""
+    token with both embeddings; less the input embedding (a lookup), 36.6B, which DeepSeek's
+    README_WEIGHTS.md states and its report rounds to 37B. The simple count says 721.0B and
+    54.8B."""
     shape = MOE["DeepSeek-V3"]
     d, dense = shape["d_model"], shape["n_dense_layers"]
 
@@ -176,8 +179,12 @@ def test_deepseek_v3_counted_with_mla_and_dense_blocks_gives_671b_and_37b() -> N
     total, active = deepseek_v3_params(shape)
     assert (total, active) == (numel(model(256)), numel(model(shape["top_k"])))
     assert round(total / 1e9) * 1e9 == shape["reported_total_params"] == 671e9
-    assert math.floor(active / 1e9) * 1e9 == shape["reported_active_params"] == 37e9
-    assert round(active / 1e8) == 376
+    lookup = numel(model(0).embed_tokens)
+    assert lookup == shape["vocab_size"] * d and round(lookup / 1e7) == 93
+    assert round((active - lookup) / 1e8) * 1e8 == (
+        shape["reported_active_params_without_input_embedding"]) == 36.6e9
+    assert round((active - lookup) / 1e9) * 1e9 == shape["reported_active_params"] == 37e9
+    assert round(active / 1e8) == 376 and round(active / 1e9) == 38  # not the stated 37B
     assert mla_attention_params(shape) == numel(model(0).attention[0]) == 187_105_280
     simple = simple_params(shape)
     assert (round(simple[0] / 1e8), round(simple[1] / 1e8)) == (7210, 548)
@@ -275,8 +282,16 @@ def exact_remote_pairs(n_experts: int, top_k: int, ep_size: int) -> Fraction:
                          [(4, 1, 2), (6, 2, 3), (8, 2, 4), (8, 3, 8), (6, 6, 2), (5, 2, 1)])
 def test_expert_parallel_bytes_is_the_exact_expectation_over_every_routing(
         n_experts, top_k, ep_size) -> None:
+    """Rank 0 sends its remote pairs in the dispatch, and in the combine the results of the
+    pairs the other ranks (each as many tokens, routed alike) sent to its experts."""
     n_tokens, d, element = 7, 3, 2
-    exact = 2 * n_tokens * exact_remote_pairs(n_experts, top_k, ep_size) * d * element
+    dispatched = n_tokens * exact_remote_pairs(n_experts, top_k, ep_size)
+    per_rank = n_experts // ep_size
+    sets = list(itertools.combinations(range(n_experts), top_k))
+    to_rank_0 = Fraction(sum(sum(e < per_rank for e in s) for s in sets), len(sets))
+    combined = (ep_size - 1) * n_tokens * to_rank_0  # from each other rank's n_tokens
+    assert combined == dispatched
+    exact = (dispatched + combined) * d * element
     assert expert_parallel_bytes(n_tokens, d, top_k, ep_size, element) == float(exact)
 
 
@@ -419,11 +434,21 @@ def test_an_moe_decodes_one_sequence_as_a_dense_model_of_its_active_size() -> No
 # ---------------------------------------------------------------- dropped tokens
 
 
+def capacity_exactly(counts: list[int], capacity_factor: float) -> int:
+    """The smallest whole C with C · n >= factor · total, the factor read as the float it is:
+    Decimal(float) is the float's binary value written out in decimal, and the context raises
+    if any step would round (100 digits hold every product the tests make)."""
+    with decimal.localcontext() as context:
+        context.prec, context.traps[decimal.Inexact] = 100, True
+        bound = decimal.Decimal(capacity_factor) * sum(counts)
+        capacity = int(bound // len(counts))
+        return capacity if capacity * len(counts) >= bound else capacity + 1
+
+
 def refused_one_by_one(counts: list[int], capacity_factor: float) -> int:
-    """Assignments arrive in a shuffled order; each expert accepts until it holds its capacity,
-    ceil(factor · total / n) computed from the factor's exact ratio in integers."""
-    num, den = Fraction(capacity_factor).as_integer_ratio()
-    capacity = -(-num * sum(counts) // (den * len(counts)))
+    """Assignments arrive in a shuffled order; each expert accepts until it holds its
+    capacity."""
+    capacity = capacity_exactly(counts, capacity_factor)
     arrivals = [e for e, c in enumerate(counts) for _ in range(c)]
     random.Random(len(arrivals)).shuffle(arrivals)
     held, refused = [0] * len(counts), 0
@@ -443,6 +468,18 @@ def test_dropped_tokens_is_a_direct_count_of_refused_assignments(counts, factor)
     assert dropped_tokens(counts, factor * 2) <= got
 
 
+def test_a_decimal_capacity_factor_is_read_as_the_float_it_is() -> None:
+    """1.1 is stored as 1.1000000000000000888...: 100 assignments over 10 experts at 1.1 have
+    a capacity of 12 (the ceiling of 11.0000000000000008...), not the 11 of a decimal 1.1, as
+    dropped_tokens' comment and the lesson say."""
+    counts, factor = [12] + [10] * 8 + [8], 1.1
+    assert decimal.Decimal(factor) > decimal.Decimal("1.1")  # the float, written out exactly
+    assert capacity_exactly(counts, factor) == 12
+    assert math.ceil(Fraction("1.1") * 100 / 10) == 11  # what a decimal factor would give
+    assert dropped_tokens(counts, factor) == 0 == refused_one_by_one(counts, factor)
+    assert dropped_tokens([13] + [10] * 8 + [7], factor) == 1
+
+
 def float_capacities(counts, factor) -> set[int]:
     """The capacity as floats compute it in five orders a student may write."""
     total, n = sum(counts), len(counts)
@@ -460,8 +497,7 @@ def test_every_capacity_the_checks_use_is_the_same_in_any_float_order() -> None:
     calls += ["dropped_tokens([3, 1, 0, 4], 1.0)", "dropped_tokens([3, 1, 0, 4], 1.5)"]
     for call in calls:
         counts, factor = eval(call.removeprefix("dropped_tokens"))
-        exact = math.ceil(Fraction(factor) * sum(counts) / len(counts))
-        assert float_capacities(counts, factor) == {exact}, call
+        assert float_capacities(counts, factor) == {capacity_exactly(counts, factor)}, call
 
 
 # ---------------------------------------------------------------- given routers and balancing
@@ -487,12 +523,84 @@ def test_the_switch_loss_is_one_when_even_and_grows_with_the_skew() -> None:
         4 * 0.7)
 
 
+def test_the_switch_loss_is_not_smallest_at_even_shares() -> None:
+    """The lesson's example: a top-1 router of two experts sends 60% of its tokens to the first,
+    barely preferring it, and 40% firmly to the second: shares 0.6 and 0.4, mean probabilities
+    0.3 and 0.7, and a loss of 2 (0.6 · 0.3 + 0.4 · 0.7) = 0.92, below the 1 of even shares."""
+    tiny = 1e-6
+    scores = torch.tensor([[0.5 + tiny, 0.5 - tiny]] * 6 + [[0.0, 1.0]] * 4, dtype=torch.float64)
+    chosen = scores.topk(1, dim=-1).indices
+    assert expert_counts(chosen, 2) == [6, 4]
+    assert float(switch_aux_loss(scores, chosen)) == pytest.approx(0.92, abs=1e-6)
+
+
+def test_the_switch_losss_gradient_is_e_times_the_shares_and_lowers_the_busiest_expert():
+    """d loss / d P_i = E · f_i (autograd against the formula); through a softmax of logits +
+    a preference, the preference's gradient is E / T · sum_t p_ti (f_i - sum_j f_j p_tj), and a
+    step down it lowers the busiest expert's mean probability."""
+    generator = torch.Generator().manual_seed(4)
+    n_tokens, n_experts, top_k = 256, 8, 2
+    logits = torch.randn(n_tokens, n_experts, generator=generator, dtype=torch.float64)
+    logits[:, 0] += 1.5  # expert 0 favoured
+    preference = torch.zeros(n_experts, dtype=torch.float64, requires_grad=True)
+    scores = (logits + preference).softmax(dim=-1)
+    scores.retain_grad()
+    chosen = scores.topk(top_k, dim=-1).indices
+    share = torch.tensor(expert_counts(chosen, n_experts), dtype=torch.float64) / chosen.numel()
+    switch_aux_loss(scores, chosen).backward()
+    # each token's probability of expert i enters P_i with weight 1 / T: E · f_i / T each
+    assert torch.allclose(scores.grad, (n_experts * share / n_tokens).expand(n_tokens, -1),
+                          rtol=1e-12, atol=0)
+    p = scores.detach()
+    expected = n_experts / n_tokens * (p * (share - (p * share).sum(-1, keepdim=True))).sum(0)
+    assert torch.allclose(preference.grad, expected, rtol=1e-10, atol=1e-15)
+    busiest = int(share.argmax())
+    assert busiest == 0 and preference.grad[0] == preference.grad.max() > 0
+    stepped = (logits + preference.detach() - preference.grad).softmax(dim=-1).mean(0)
+    assert stepped[0] < p.mean(0)[0]
+
+
+def test_ten_steps_on_the_switch_loss_balance_the_skewed_router_of_the_lesson() -> None:
+    """The notebook's skewed router (its seeds) and ten steps of 10 down the loss's gradient:
+    the loss from 1.537 to 1.012, the busiest expert from 5.21 to 1.10 times the even share,
+    every step lower than the one before."""
+    from solutions.moe_layer import balance_by_aux_loss
+
+    popularity = torch.exp(0.5 * torch.randn(64, generator=torch.Generator().manual_seed(0)))
+    logits = torch.randn(4096, 64, generator=torch.Generator().manual_seed(1))
+    losses, busiest = balance_by_aux_loss(logits + popularity.log(), 8, 11, 10.0)
+    assert len(losses) == len(busiest) == 11
+    assert all(b < a for a, b in itertools.pairwise(losses))
+    assert [round(losses[0], 3), round(losses[-1], 3)] == [1.537, 1.012]
+    assert [round(busiest[0], 2), round(busiest[-1], 2)] == [5.21, 1.10]
+    assert (round(busiest[0], 1), round(busiest[-1], 1)) == (5.2, 1.1)  # as the text says
+    chosen = (logits + popularity.log()).softmax(dim=-1).topk(8, dim=-1).indices
+    assert busiest[0] == max(expert_counts(chosen, 64)) / 512
+
+
 def test_the_bias_moves_only_the_choice_and_against_the_load() -> None:
     affinity = torch.tensor([[0.9, 0.8, 0.1], [0.7, 0.6, 0.5]])
     assert biased_top_k(affinity, torch.zeros(3), 1).flatten().tolist() == [0, 0]
     assert biased_top_k(affinity, torch.tensor([-0.5, 0.0, 0.0]), 1).flatten().tolist() == [1, 1]
     assert update_bias(torch.zeros(3), [5, 1, 3], 0.01).tolist() == pytest.approx(
         [-0.01, 0.01, 0.0])
+
+
+def test_the_bias_changes_which_affinities_get_a_gradient_and_adds_no_loss() -> None:
+    """The chosen experts' outputs are weighted by their affinities alone: the output's gradient
+    reaches the affinities of the chosen experts only, so a bias that changes the choice changes
+    which affinities learn; the bias itself gets no gradient (it is no term of any loss)."""
+    affinity = torch.tensor([[0.9, 0.8, 0.1]], requires_grad=True)
+    bias = torch.tensor([-0.5, 0.0, 0.0], requires_grad=True)
+    expert_outputs = torch.tensor([[1.0, 2.0, 3.0]])
+    for shift, chosen_expert in ((torch.zeros(3, requires_grad=True), 0), (bias, 1)):
+        chosen = biased_top_k(affinity, shift, 1)
+        assert chosen.tolist() == [[chosen_expert]]
+        out = (affinity.gather(1, chosen) * expert_outputs.gather(1, chosen)).sum()
+        to_affinity, to_bias = torch.autograd.grad(out, (affinity, shift), allow_unused=True,
+                                                   materialize_grads=True)
+        assert to_affinity.nonzero()[:, 1].tolist() == [chosen_expert]
+        assert not to_bias.any()
 
 
 # ---------------------------------------------------------------- bad input
@@ -757,6 +865,9 @@ def test_the_numbers_the_lessons_text_states() -> None:
     # introduction: the published sizes, as models.json records them
     assert [(m["reported_total_params"], m["reported_active_params"]) for m in MOE.values()] == [
         (46.7e9, 12.9e9), (6.9e9, 1.3e9), (30.5e9, 3.3e9), (671e9, 37e9)]
+    # a batch of 64 routed evenly reads all 8 of Mixtral's experts and 87% of DeepSeek-V3's
+    assert round(expected_experts_touched(64, 8, 2), 6) == 8.0
+    assert round(100 * expected_experts_touched(64, 256, 8) / 256) == 87
     # section 2: the shares a token uses; Qwen3's heads; 29.9B; MLA's 187M against 470M
     assert [round(100 * a / t) for t, a in list(sizes.values())[:3]] == [28, 19, 11]
     assert qwen["head_dim"] == 128 and qwen["d_model"] // qwen["n_heads"] == 64
@@ -767,6 +878,14 @@ def test_the_numbers_the_lessons_text_states() -> None:
             v3["d_ff_dense"]) == (1536, 512, 3, 18432)
     total, active = deepseek_v3_params(v3)
     assert (round(total / 1e8), round(active / 1e8)) == (6710, 376)
+    lookup = v3["vocab_size"] * v3["d_model"]
+    assert round(lookup / 1e7) == 93 and round((active - lookup) / 1e8) == 366
+    assert v3["reported_active_params_without_input_embedding"] == 36.6e9
+    assert "36.6B (including 0.9B for the output Head)" in v3["reported_source"]
+    assert "36.7B" in v3["reported_source"] and round(active / 1e8) == 376
+    # section 2: which published active counts hold both embeddings
+    for name in ("Mixtral 8x7B", "OLMoE-1B-7B"):
+        assert round(sizes[name][1] / 1e8) * 1e8 == MOE[name]["reported_active_params"]
     assert "14B" in v3["reported_source"]
     # section 1: the even share of the layer's pairs; section 3: the example, the layers' FLOPs
     assert 32 * 2 // 8 == 8
@@ -781,12 +900,26 @@ def test_the_numbers_the_lessons_text_states() -> None:
             run["n_gpus"]) == (2.664e6, 2.788e6, 14.8e12, 2048)
     assert h800["peak_flops"]["bf16"] == h100["peak_flops"]["bf16"] == 989.4e12
     assert h800["peak_flops"]["fp64"] == 1e12 and "400 GB/s" in h800["source"]
+    assert h800["nvlink_bytes_per_s_both_directions"] == 400e9
+    assert NODE["nvlink_bytes_per_s_both_directions"] == 900e9  # the H100's: 400 < 900 / 2
     flops = 6 * 37e9 * run["tokens"]
     mfus = [flops / (h * 3600 * h800["peak_flops"][p])
-            for h in (run["pretraining_gpu_hours"], run["total_gpu_hours"])
-            for p in ("bf16", "fp8")]
-    assert [round(100 * m, 1) for m in mfus] == [34.6, 17.3, 33.1, 16.5]
+            for h, p in ((run["pretraining_gpu_hours"], "bf16"),
+                         (run["pretraining_gpu_hours"], "fp8"), (run["total_gpu_hours"], "bf16"))]
+    assert [round(100 * m, 1) for m in mfus] == [34.6, 17.3, 33.1]
     assert round(100 * mfus[0]) == 35 and round(671 / 37) == 18
+    # attention at the pre-training context, per token, forward: both matmuls of each head
+    # (q . k over 128 + 64 numbers, the sum of values of 128) over the keys a causal query sees,
+    # summed position by position
+    assert run["seq_len"] == 4096
+    per_key = v3["n_layers"] * v3["n_heads"] * 2 * (128 + 64 + 128)
+    causal = per_key * sum(range(1, 4097)) / 4096
+    square = per_key * 4096
+    assert round(causal / 1e8) == 102 and round(square / 1e8) == 205
+    assert round(100 * causal / 74e9, 1) == 13.8 and round(100 * square / 74e9, 1) == 27.7
+    seconds, peak = run["pretraining_gpu_hours"] * 3600, h800["peak_flops"]["bf16"]
+    assert round(100 * (flops + 3 * causal * run["tokens"]) / (seconds * peak), 1) == 39.4
+    assert round(100 * (flops + 3 * square * run["tokens"]) / (seconds * peak), 1) == 44.2
     state = 16 * total
     assert round(state / 1e11) / 10 == 10.7 and math.ceil(state / 80e9) == 135
     assert round(16 * active / 1e11) / 10 == 0.6
@@ -799,6 +932,9 @@ def test_the_numbers_the_lessons_text_states() -> None:
     times = {ep: all_to_all_seconds(4096, 7168, 8, ep, 8, NODE["nvlink_bytes_per_s"],
                                     NODE["nic_bytes_per_s"]) / compute for ep in (8, 16, 64, 256)}
     assert round(times[8], 1) == 0.6 and all(times[ep] > 2.5 for ep in (16, 64, 256))
+    assert (run["max_nodes_per_token"], run["dispatch_bytes_per_element"],
+            run["combine_bytes_per_element"]) == (4, 1, 2)
+    assert "64 GPUs of 8 nodes" in run["source"] and "at most 4 nodes" in run["source"]
     # section 6: the routers, with the notebook's seeds
     generator = torch.Generator().manual_seed(0)
     popularity = torch.exp(0.5 * torch.randn(64, generator=generator))
@@ -810,10 +946,16 @@ def test_the_numbers_the_lessons_text_states() -> None:
     assert round(max(skewed) / 512) == 4 and 0.02 < dropped_tokens(skewed, 2.0) / 32_768 < 0.05
     from solutions.moe_layer import simulate_bias_balancing
 
-    dropped, _ = simulate_bias_balancing(popularity.log(), 8, 150, 1024, 0.01, 1.25,
-                                         torch.Generator().manual_seed(2))
-    assert dropped[0] > 0.1 and max(dropped[-50:]) < 0.01
-    assert next(i for i, d in enumerate(dropped) if d < 0.01) < 50  # "a few dozen steps"
+    dropped, busiest = simulate_bias_balancing(popularity.log(), 8, 100, 1024, 0.01, 1.25,
+                                               torch.Generator().manual_seed(2))
+    assert round(100 * dropped[0], 1) == 23.5 and round(busiest[0], 1) == 5.2
+    assert next(i for i, d in enumerate(dropped) if d < 0.01) < 20  # "within 20 steps"
+    assert round(100 * max(dropped[-50:]), 2) == 0.49
+    assert round(sum(busiest[-50:]) / 50, 2) == 1.30 and round(max(busiest[-50:]), 2) == 1.54
+    uniform = torch.Generator().manual_seed(3)
+    even = [max(expert_counts(uniform_routing(1024, 64, 8, uniform), 64)) / 128
+            for _ in range(50)]
+    assert round(sum(even) / 50, 2) == 1.20
     # section 7: the default's reasoning, the examples, Mixtral on two H100s
     assert round(64 * (1 - (56 / 64) ** 16), 1) == 56.4 and 16 * 8 == 128
     assert expected_experts_touched(4, 8, 2) == 5.46875
@@ -843,6 +985,17 @@ def test_the_numbers_the_lessons_text_states() -> None:
     assert round(b, -1) == 510 and round(b * 1024 * kv / 1e9) == 69
     assert round(peak / (2 * n_total), -2) == 21_200
     assert round(peak / (2 * split["multiplied"]), -2) == 77_600
+    # the MoE never turns compute-bound at this context: a sequence's cache, 128 MiB, takes
+    # longer to read than its token's FLOPs take, and caps the rate at bandwidth / cache bytes
+    cache = 1024 * kv
+    assert cache == 128 * 2**20
+    assert round(cache / bandwidth * 1e6, 1) == 20.0
+    assert round(2 * split["multiplied"] / peak * 1e6, 1) == 12.9
+    ceiling = bandwidth / cache
+    assert round(ceiling, -2) == 49_900
+    for b in (510, 2048, 10**5):
+        assert rates(b)[0] < ceiling
+    assert math.isclose(rates(10**7)[0], ceiling, rel_tol=1e-3)
     # section 8: what to try
     from solutions.experts_explorer import moe_plan
 

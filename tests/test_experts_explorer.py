@@ -55,7 +55,11 @@ def test_every_number_of_a_plan_is_the_lessons_functions(name, n_experts, top_k,
                                                      top_k, shape["n_shared_experts"]) / (
         H100["peak_flops"]["bf16"])
     assert plan["touched"] == expected_experts_touched(batch, n_experts, top_k)
-    assert plan["weights_fit"] == (2 * total <= ep_size * 80e9)
+    # decode keeps the bf16 weights and each sequence's cache of 1024 tokens (lesson 08)
+    cache = kv_cache_bytes(layers, shape["n_kv_heads"], shape["head_dim"], 1024, batch) if (
+        "mla" not in shape) else batch * 1024 * 61 * (512 + 64) * 2
+    assert plan["cache_bytes"] == cache
+    assert plan["decode_fits"] == (2 * total + cache <= ep_size * 80e9)
     # the dense models read and multiply all their matrices but the input embedding's lookup
     lookup = shape["vocab_size"] * d
     peak, bandwidth = ep_size * H100["peak_flops"]["bf16"], ep_size * H100["memory_bandwidth"]
@@ -119,6 +123,15 @@ def test_the_panel_shows_the_plan_of_its_controls() -> None:
     assert 'data-fits="false"' in panel.children[-1].value  # 1.4 TB of weights on 2 GPUs
     controls["ep"].value = 64
     assert 'data-fits="true"' in panel.children[-1].value
+    assert float(shown(panel)["cache_bytes"]) == 64 * 1024 * 61 * (512 + 64) * 2
+    controls["batch"].value = 1024  # 72 GB of cache more: 1.51 TB, still within 64 x 80 GB
+    assert 'data-fits="true"' in panel.children[-1].value
+    controls["model"].value = "Mixtral 8x7B"  # 93 GB of weights and 137 GB of cache
+    controls["ep"].value = 2
+    plan = moe_plan(MOE["Mixtral 8x7B"], 8, 2, 1024, 2, H100, NODE)
+    assert 2 * plan["total"] <= 160e9 < 2 * plan["total"] + plan["cache_bytes"]
+    assert 'data-fits="false"' in panel.children[-1].value  # the weights alone would fit
+    assert "weights and KV cache do not fit" in panel.children[-1].value
     assert "counted as every block an MoE block" in panel.children[-2].value
 
 
