@@ -22,11 +22,25 @@ def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path, shar
         mine = workspace / lesson.name / lesson.notebook.name
         assert "raise NotImplementedError()" in mine.read_text()  # the student version
     assert "Validate ran on" in done.stdout
+    from grader.content.notebook_checks import SET_YOUR_ID
+
+    assert f"No student id is set: the lessons use the course's default numbers. {SET_YOUR_ID}" \
+        in done.stdout  # `make lab` with no id: the one instruction
 
     # The student's edits survive a second start; a deleted lesson comes back.
+    import nbformat
+    from nbformat.v4 import new_output
+
     first = all_lessons()[0]
     mine = workspace / first.name / first.notebook.name
     mine.write_text(mine.read_text().replace("raise NotImplementedError()", "return 42", 1))
+    worked = nbformat.read(mine, as_version=4)  # its variant cell ran without an id
+    [variant] = [c for c in worked.cells if "variant_of" in c.metadata.get("course", {})]
+    variant.outputs = [new_output("display_data", data={"text/plain": "Your numbers: ..."},
+                                  metadata={"counting_the_cost": {"variant": {
+                                      "exercise": f"{first.name}/predicted_bf16_stall",
+                                      "student": None, "index": 0, "course": ""}}})]
+    nbformat.write(worked, mine)
     done = grader("lab", "--smoke", "--workspace", workspace, "--course-dir", course,
                   "--student", "s-123")
     assert "return 42" in mine.read_text()
@@ -34,6 +48,9 @@ def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path, shar
     # The id given once reaches the kernels of Validate (run by the lab's own server).
     assert "your own numbers are drawn for student id s-123" in done.stdout
     assert "asks about the numbers drawn for s-123" in done.stdout
+    # and the lab says that the copy worked on the defaults is not the student's, and what to do
+    assert (f"{first.name}: This notebook was worked on other numbers than yours: its numbers "
+            "are the course's default ones") in done.stdout
 
 
 def test_the_student_id_is_given_once_and_refused_when_it_is_not_one(tmp_path) -> None:
@@ -160,16 +177,29 @@ def test_progress_lists_each_exercise_of_the_students_copies(tmp_path, shared_tm
     nb = nbformat.read(mine, as_version=4)
     reference = nbformat.read(lesson.notebook, as_version=4)
     by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in reference.cells}
+    from nbformat.v4 import new_output
+
     for cell in nb.cells:  # the student has done split_bits, and nothing else
         if cell.metadata.get("nbgrader", {}).get("grade_id") in ("FloatFormat", "split_bits"):
             cell.source = by_id[cell.metadata.nbgrader.grade_id].source
+        if "variant" in cell.metadata.get("nbgrader", {}).get("grade_id", ""):  # run, no id set
+            cell.outputs = [new_output("display_data", data={"text/plain": "Your numbers: ..."},
+                                       metadata={"counting_the_cost": {"variant": {
+                                           "exercise": f"{lesson.name}/predicted_bf16_stall",
+                                           "student": None, "index": 0, "course": ""}}})]
     nbformat.write(nb, mine)
     (workspace / ".student").write_text('{"student": "s-9", "code": null}')  # as lab --student
     done = grader("progress", lesson.name, "--workspace", workspace, "--course-dir", course)
     assert "asks about the numbers drawn for s-9" in done.stdout  # its kernels had them
     assert "passes   split_bits" in done.stdout and "to do    decode" in done.stdout
     exercises = sum(1 for c in reference.cells if c.metadata.get("nbgrader", {}).get("grade"))
-    assert f"2 of {exercises} exercises pass their visible checks" in done.stdout
+    # the graded prediction apart: its point is in no total
+    assert f"2 of {exercises - 1} exercises pass their visible checks (2 of" in done.stdout
+    assert "graded prediction, predicted_bf16_stall, is still to do (1 point)" in done.stdout
+    # saved on the defaults, now with an id: said, with what to re-run
+    assert ("worked on other numbers than yours: its numbers are the course's default ones "
+            "(it was worked without a student id), not the ones drawn for s-9") in done.stdout
+    assert 'Run the cell that prints "Your numbers" again' in done.stdout
     assert "Hidden checks also run" in done.stdout
 
 

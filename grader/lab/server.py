@@ -27,8 +27,10 @@ from pathlib import Path
 from grader.common.errors import CourseError
 from grader.common.text import valid_student_id
 from grader.content.lessons import REPO, Lesson, all_lessons
+from grader.content.notebook_checks import SET_YOUR_ID
 from grader.content.variants import ENV, code_variants, course_key, lab_variants
 from grader.course import Course
+from grader.lab.numbers import saved_numbers_problem
 
 DEFAULT_WORKSPACE = REPO / "workspace"
 START_TIMEOUT_SECONDS = 90
@@ -50,6 +52,8 @@ SERVER_EXTENSIONS = {"nbgrader.server_extensions.formgrader": False,
                      "nbgrader.server_extensions.validate_assignment": False,
                      "grader.lab.validate": True}
 BUTTON_SOURCES = ["index.js", "style/index.css", "package.json", "package-lock.json"]
+# Run by the lab's kernels before any cell: the notebooks' one-line messages survive a restart.
+KERNEL_STARTUP = Path(__file__).resolve().parent / "kernel_startup.py"
 
 
 def button_sources() -> str:
@@ -146,6 +150,7 @@ def lab_environment(course: Course) -> dict[str, str]:
     env = dict(os.environ)
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
         p for p in (str(config), env.get("JUPYTER_CONFIG_PATH", "")) if p)
+    env["PYTHONSTARTUP"] = str(KERNEL_STARTUP)  # every kernel, at its start and each restart
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     return env
 
@@ -269,6 +274,10 @@ def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int =
                   f"machine's course key ({given['course']}): your class's numbers only where "
                   "this is your course's machine. On a machine of your own, use the code your "
                   "instructor gives you (--code CODE); without one, these are for self-study.")
+    else:
+        print(f"No student id is set: the lessons use the course's default numbers. {SET_YOUR_ID}")
+    for line in saved_numbers_lines(workspace, lessons, env.get(ENV)):
+        print(line)
     if smoke:
         return smoke_test(workspace, lessons, port, env)
     print(f"opening JupyterLab in {workspace} (Ctrl-C twice to stop)")
@@ -276,6 +285,23 @@ def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int =
                           *([f"--port={port}"] if port else []))
     os.execve(sys.executable, command, env)
     return 0  # not reached
+
+
+def saved_numbers_lines(workspace: Path, lessons: list[Lesson], variants: str | None) -> list[str]:
+    """A line for each of the student's copies whose saved numbers are not the ones this lab
+    gives them (``variants``, its ``CTC_VARIANTS``), saying what to re-run."""
+    import nbformat
+
+    lines = []
+    for lesson in lessons:
+        mine = workspace / lesson.name / lesson.notebook.name
+        try:
+            problem = saved_numbers_problem(nbformat.read(mine, as_version=4), variants)
+        except Exception:  # not started, or not a notebook: Validate says what is wrong
+            continue
+        if problem:
+            lines.append(f"{lesson.name}: {problem}")
+    return lines
 
 
 def _workspace_options(course: Course, name: str) -> list[str]:
