@@ -349,13 +349,19 @@ def run_cells(*sources: str, env: dict[str, str] | None = None) -> list[list[dic
 
 @pytest.mark.slow
 def test_a_failed_check_is_one_line_that_names_the_field_and_where_the_code_raised() -> None:
-    named, raised, tensor = run_cells(
+    named, raised, tensor, bits, said = run_cells(
         "def split_bits(bits, fmt):\n    return (0, 14, 0)\ncheck('split_bits(1, 2)', (0, 15, 0))",
         "def encode(x):\n    y = x + 1\n    return [y][x]\ncheck('encode(3)', 1)",
-        "import torch\ncheck('torch.ones(2)', torch.zeros(2))")
-    for outputs in (named, raised, tensor):
+        "import torch\ncheck('torch.ones(2)', torch.zeros(2))",
+        "def encode(x, fmt):\n    return 0x3F81\ncheck('encode(1 + 2**-8, 2)', 0x3F80)",
+        "check('(lambda w: (w.append(2), w)[-1])([1])', [1, 3], tried='[1] after append(2)')")
+    for outputs in (named, raised, tensor, bits, said):
         [error] = [o for o in outputs if o.output_type == "error"]
         assert error.ename == "CheckFailed" and len(error.traceback) == 1, error.traceback
+    # a bit pattern in hex, as the lesson writes it; what was tried in words, not as a lambda
+    assert bits[0].evalue == ("encode(1 + 2**-8, 2): expected 0x3F80 (16256), got 0x3F81 "
+                              "(16257)")
+    assert said[0].evalue == "[1] after append(2): item 1: expected 3, got 2"
     assert named[0].evalue == "split_bits(1, 2): item 1 (exponent): expected 15, got 14"
     assert raised[0].evalue == ("encode(3) raised IndexError: list index out of range "
                                 "(in encode, line 3 of its cell)")

@@ -151,15 +151,25 @@ def test_a_newer_course_version_is_announced_only_when_there_is_one(tmp_path) ->
 
 
 def test_an_unedited_copy_follows_the_course(tmp_path) -> None:
-    from grader.lab.server import prepare_workspace
+    """And each copy carries the language_info this lab's kernels report, so that JupyterLab,
+    which writes it when the kernel starts, does not show a notebook just opened as unsaved."""
+    import nbformat
+    from ipykernel.ipkernel import IPythonKernel
+
+    from grader.lab.server import prepare_workspace, student_copy
 
     course, lesson, workspace, said = workspace_of_one_lesson(tmp_path)
+    mine = workspace / lesson.name / lesson.notebook.name
+    assert nbformat.read(mine, as_version=4).metadata.language_info == \
+        IPythonKernel.language_info
     released = change_the_release(course, lesson)
     said.clear()
     prepare_workspace(course, workspace, [lesson])
-    mine = workspace / lesson.name / lesson.notebook.name
-    assert mine.read_text() == released.read_text()
+    assert mine.read_bytes() == student_copy(released)
     assert any(line.startswith("updated:") for line in said)
+    said.clear()
+    prepare_workspace(course, workspace, [lesson])
+    assert said == []  # the same version again: nothing to say
 
 
 @pytest.mark.slow

@@ -69,10 +69,26 @@ def button_sources() -> str:
 
 STUDENT_FILE = ".student"  # in the workspace: the id the student's numbers are drawn for
 VERSIONS = ".course-versions.json"  # in the workspace: which release each copy was made from
+AS_COPIED = "#as-copied"  # a VERSIONS key's suffix: the digest of the copy the lab wrote
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def student_copy(file: Path) -> bytes:
+    """The bytes of the student's copy of a released file: a notebook's ``language_info`` set
+    to what this lab's kernels report (ipykernel's, for this Python), or JupyterLab sets it when
+    the kernel starts and shows the notebook as changed, unsaved, before the student did
+    anything; any other file as it is."""
+    if file.suffix != ".ipynb":
+        return file.read_bytes()
+    import nbformat
+    from ipykernel.ipkernel import IPythonKernel
+
+    nb = nbformat.reads(file.read_text(), as_version=4)
+    nb.metadata["language_info"] = dict(IPythonKernel.language_info)
+    return (nbformat.writes(nb) + "\n").encode()
 
 
 def prepare_workspace(course: Course, workspace: Path, lessons: list[Lesson]) -> None:
@@ -97,20 +113,23 @@ def prepare_workspace(course: Course, workspace: Path, lessons: list[Lesson]) ->
                 continue
             name = str(file.relative_to(source.parent))
             target = workspace / name
-            digest = _digest(file)
+            digest, copy = _digest(file), student_copy(file)
+            copied = f"{name}{AS_COPIED}"  # the digest of the copy as written, beside the release's
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(file, target)
+                target.write_bytes(copy)
                 course.log(f"new: {name}")
             elif record.get(name, digest) != digest:  # the course changed it since the copy
-                if _digest(target) == record[name]:  # the student did not: take the new one
-                    shutil.copyfile(file, target)
+                if _digest(target) in (record[name], record.get(copied)):  # the student did not:
+                    target.write_bytes(copy)  # take the new one
                     course.log(f"updated: {name}")
-                elif target.read_bytes() != file.read_bytes():
+                elif target.read_bytes() not in (file.read_bytes(), copy):
                     course.log(f"kept your {name}; the course has a newer version of it "
                                f"(`python -m grader lab --reset {lesson.name}` takes it, and "
                                "keeps yours beside it)")
                     continue
+            if _digest(target) == hashlib.sha256(copy).hexdigest():
+                record[copied] = _digest(target)
             record[name] = digest
     record_path.write_text(json.dumps(record, indent=1, sort_keys=True))
 
