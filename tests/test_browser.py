@@ -173,7 +173,7 @@ STUDENT = "s-42"  # the id of the student whose lab serves lab_validate
 
 def far_off(student: nbformat.NotebookNode, lesson) -> nbformat.NotebookNode:
     """Every answer in, the graded prediction a thousand times its answer (for any variant)."""
-    nb, (prediction, wrong) = mixed(student, lesson)
+    nb, (_prediction, wrong) = mixed(student, lesson)
     cell(nb, wrong).source = cell(answered(student, lesson), wrong).source
     return nb
 

@@ -267,3 +267,28 @@ def test_the_hubs_lab_servers_load_the_validate_button_and_its_server_side(role)
     assert (Path(path) / VALIDATE_PLUGIN / "package.json").is_file()
     enabled = json.loads((folder / "jupyter_server_config.json").read_text())
     assert enabled["ServerApp"]["jpserver_extensions"]["grader.lab.validate"] is True
+
+
+def test_one_instruction_for_setting_ones_id_is_given_word_for_word_everywhere() -> None:
+    """The README, the student's guide, the hub's guide and the top of every lesson give the
+    same instruction (grader/content/notebook_checks.py's SET_YOUR_ID), which every lesson's
+    checks cell prints when no id is set and `make lab` prints too (the smoke test above); no
+    other wording of it is left."""
+    import nbformat
+
+    from grader.content.lessons import REPO
+    from grader.content.notebook_checks import SET_YOUR_ID
+
+    def plain(text: str) -> str:
+        return " ".join(text.replace("`", "").split())
+
+    for path in ("README.md", "docs/student.md", "docs/hub.md"):
+        text = (REPO / path).read_text()
+        assert SET_YOUR_ID in plain(text), path
+        assert "--student YOUR_ID" not in text and "STUDENT=YOUR_ID" not in text, path
+    for lesson in all_lessons():
+        nb = nbformat.read(lesson.notebook, as_version=4)
+        assert SET_YOUR_ID in plain(nb.cells[0].source), lesson.name
+        [checks] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                    == "checks"]
+        assert "SET_YOUR_ID = (" in checks.source and "print(whose_numbers())" in checks.source

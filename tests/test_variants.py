@@ -46,11 +46,10 @@ def test_every_graded_prediction_has_its_default_and_four_others_and_codes_never
         LEAST_OTHER_CHOICES,
         Variants,
         code_variants,
+        lesson_draw,
         student_code,
         variants_of,
     )
-
-    from grader.content.variants import lesson_draw
 
     assert LEAST_OTHER_CHOICES == 4
     for lesson in all_lessons():

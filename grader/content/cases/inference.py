@@ -90,6 +90,8 @@ CASES: dict[str, list[Case | str]] = {
         raises("decode_intensity(7e9, 1, 4096, 524288, bytes_per_param=0)", "ValueError"),
         raises("decode_intensity(7e9, 1, 4096.0, 524288)", "TypeError"),
         raises("decode_intensity(7e9, 1, 4096, None)", "TypeError"),
+        raises("decode_intensity(math.inf, 1, 4096, 524288)", "ValueError"),
+        raises("decode_intensity(7e9, 1, 4096, 0)", "ValueError"),
     ],
     "max_batch_size": [
         f"max_batch_size({_BUDGET}, {_7B}, 4096, {_KV_7B})",  # Llama 2 7B on one H100
@@ -108,6 +110,8 @@ CASES: dict[str, list[Case | str]] = {
         raises("max_batch_size(80e9, 7e9, 4096, 524288, bytes_per_param=-2)", "ValueError"),
         raises("max_batch_size(80e9, 7e9, 4096.0, 524288)", "TypeError"),
         raises("max_batch_size('80e9', 7e9, 4096, 524288)", "TypeError"),
+        raises("max_batch_size(80e9, 7e9, 4096, 0)", "ValueError"),
+        raises("max_batch_size(math.inf, 7e9, 4096, 524288)", "ValueError"),
     ],
     "decode_tokens_per_second": [
         Case(f"decode_tokens_per_second({_7B_STEP}, 1, 4096, {_KV_7B}, {_H100})", rel_tol=_REL),
@@ -128,6 +132,8 @@ CASES: dict[str, list[Case | str]] = {
         raises(f"decode_tokens_per_second({_7B_STEP}, 1, -1, {_KV_7B}, {_H100})", "ValueError"),
         raises(f"decode_tokens_per_second({_7B_STEP}, 1, 4096, {_KV_7B}, '989.4e12', 3.35e12)",
                "TypeError"),
+        raises(f"decode_tokens_per_second({_7B_STEP}, 1, 4096, {_KV_7B}, math.inf, 3.35e12)",
+               "ValueError"),
     ],
     "prefill_seconds": [
         Case(f"prefill_seconds({_7B_STEP}, 1000, 1, {_H100})", rel_tol=_REL),  # compute-bound

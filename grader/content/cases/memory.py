@@ -60,6 +60,7 @@ CASES: dict[str, list[Case | str]] = {
         raises("AdamW([torch.zeros(2, requires_grad=True)], lr=-0.1)", "ValueError"),
         raises("AdamW([torch.zeros(2, requires_grad=True)], betas=(0.9, 1.0))", "ValueError"),
         raises("AdamW([torch.zeros(2, requires_grad=True)], weight_decay=-0.01)", "ValueError"),
+        raises("AdamW([torch.zeros(2, requires_grad=True)], betas=(-0.1, 0.9))", "ValueError"),
     ],
     "training_memory": [
         "training_memory(1, 'fp32')",

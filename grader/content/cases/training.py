@@ -66,6 +66,8 @@ CASES: dict[str, list[Case | str]] = {
         raises("loss_scale_update(65536.0, 2000, False)", "ValueError"),
         raises("loss_scale_update(65536.0, 0, False, growth_factor=1.0)", "ValueError"),
         raises("loss_scale_update(65536.0, 0, False, backoff_factor=1.5)", "ValueError"),
+        raises("loss_scale_update(math.inf, 0, False)", "ValueError"),
+        raises("loss_scale_update(65536.0, 0, False, growth_factor=math.inf)", "ValueError"),
     ],
     "checkpoint_bytes": [
         "checkpoint_bytes(*run_recipe(TinyTransformer(50, 16, 2, 4), 'fp32'))",
