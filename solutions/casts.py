@@ -10,11 +10,6 @@ casts themselves: run in a ``TorchDispatchMode``, every conversion (``aten._to_c
 
 from __future__ import annotations
 
-import sys
-
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
 
 def nan_casts(expression: str) -> list[str]:
     """What ``expression``, evaluated in the caller's namespace, casts from NaN or infinity to
@@ -27,6 +22,11 @@ def nan_casts(expression: str) -> list[str]:
     Returns:
         The casts, in the order they ran.
     """
+    import sys  # here: the notebook gets this function alone, as given code
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
     namespace = sys._getframe(1).f_globals
     found: list[str] = []
 

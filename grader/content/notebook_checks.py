@@ -8,8 +8,8 @@
 # only that your number is in: it is graded against your own numbers (`your_variant`), once
 # handed in. `compare_prediction("my_guess", measured)` sets it beside a measurement. Run first,
 # this cell says whose numbers the notebook uses, and makes a cell run too early, an exercise
-# not done yet or the stop button say so in one line (the lab's kernels do that from their start:
-# grader/lab/kernel_startup.py).
+# not done yet or the stop button say so in one line (the lab's kernels do that from their start,
+# so that a cell run after a restart says so too).
 import base64 as _base64
 import json as _json
 import math as _math
