@@ -155,6 +155,10 @@ def test_student_runs_all_and_sees_validate_and_only_not_implemented_errors(lab)
     assert errors, "the unanswered exercises should report themselves"
     assert all("not implemented yet" in e or "not done yet" in e for e in errors), errors[:2]
     assert all(len(e.strip().splitlines()) == 1 for e in errors), errors[:2]  # one line each
+    # A printed line too long for the output area wraps between words, not inside one (the
+    # course's style over JupyterLab's "break-all").
+    assert page.eval_on_selector(".jp-OutputArea-output pre",
+                                 "e => getComputedStyle(e).wordBreak") == "normal"
     shown = validate(page, "student-validate")
     exercises = points(nbformat.read(LESSON.notebook, as_version=4))
     prediction = graded_prediction(LESSON)

@@ -111,6 +111,8 @@ CASES: dict[str, list[Case | str]] = {
                "ValueError"),
         raises("dequantize_blockwise(torch.zeros(4, dtype=torch.int8), torch.ones(1), (4,), 2)",
                "ValueError"),
+        raises("dequantize_blockwise(torch.zeros(4, dtype=torch.int8), torch.ones(1), (4,), 0)",
+               "ValueError"),
     ],
     "largest_trainable_params": [
         "largest_trainable_params(8, 80e9, 16)",  # 8 H100s, AdamW: 40e9 parameters

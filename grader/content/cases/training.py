@@ -49,6 +49,7 @@ CASES: dict[str, list[Case | str]] = {
         raises("saved_activation_bytes(2, 16, 4, 8, 50, 0)", "ValueError"),
         raises("saved_activation_bytes(2, 16, 4, 8, 50, 2, dtype=torch.int32)", "TypeError"),
         raises("saved_activation_bytes(2, 16, 4, 8, 50, 2, checkpoint_blocks=1)", "TypeError"),
+        raises("saved_activation_bytes(2, 16.0, 4, 8, 50, 2)", "TypeError"),
     ],
     "loss_scale_update": [
         "loss_scale_update(65536.0, 0, False)",
