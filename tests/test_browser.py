@@ -306,8 +306,8 @@ def test_validate_shows_the_success_summary_and_counts_no_unearned_point(
     if not in_browser:
         assert shown["graded"] == [prediction]
         return
-    assert (f"Graded when you hand in: {prediction} (1 point): your number is in: it is graded "
-            "when you hand in.") in shown["paragraphs"]
+    assert (f"Graded when you hand in: {prediction} (1 point). Your number is in; only grading "
+            "knows the answer for your numbers.") in shown["paragraphs"]
     shown = shown_for("mixed")
     exercises = points(read_notebook(lesson.notebook))
     _prediction, wrong = mixed(read_notebook(lesson.notebook), lesson)[1]

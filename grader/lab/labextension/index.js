@@ -77,7 +77,8 @@ function summaryNode(answer) {
   }
   for (const e of graded) {
     body.appendChild(element('p', 'ctc-validate-graded',
-      `Graded when you hand in: ${e.name} (${plural(e.points)}): ${e.message}.`));
+      `Graded when you hand in: ${e.name} (${plural(e.points)}). Your number is in; only ` +
+      'grading knows the answer for your numbers.'));
   }
   body.appendChild(element('p', 'ctc-validate-note', answer.note));
   return body;
