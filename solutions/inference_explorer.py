@@ -25,6 +25,12 @@ from solutions.inference import (
 )
 from solutions.serving import MEMORY_RESERVE, decode_params, serving_budget
 
+# Colours from JupyterLab's theme where there is one (light or dark), these elsewhere: a line of
+# the text's colour, and green or red for whether the plan fits.
+LINE_COLOUR = "var(--jp-ui-font-color0, black)"
+FITS_COLOUR = "var(--jp-success-color1, #007a33)"
+MISSES_COLOUR = "var(--jp-error-color1, #b00020)"
+
 # Each format of the weights: bytes of one stored weight, and the dtype the matmuls run in.
 # fp8 matmuls need both operands in fp8: the weights and the activations (W8A8). Weights
 # stored in fp8 or int4 alone are turned into bf16 as they are read, and multiplied in bf16.
@@ -187,11 +193,11 @@ def plan_html(plan: dict, gpu_name: str, n_gpus: int, batch_size: int) -> str:
             + '</table><div style="position:relative;width:600px;height:26px;margin:8px 0;'
             'background:#eee;display:flex">' + bar
             + f'<div style="position:absolute;left:{100 * plan["budget"] / scale:.3f}%;'
-            'top:-4px;height:34px;border-left:3px dashed black"></div>'
+            f'top:-4px;height:34px;border-left:3px dashed {LINE_COLOUR}"></div>'
             f'<div style="position:absolute;left:{100 * plan["memory"] / scale:.3f}%;'
-            'top:-4px;height:34px;border-left:3px solid black"></div></div>'
+            f'top:-4px;height:34px;border-left:3px solid {LINE_COLOUR}"></div></div>'
             f'<div data-fits="{str(plan["fits"]).lower()}" style="font-weight:bold;color:'
-            f'{"#007a33" if plan["fits"] else "#b00020"}">{verdict}</div>'
+            f'{FITS_COLOUR if plan["fits"] else MISSES_COLOUR}">{verdict}</div>'
             f'<div data-bound="{plan["bound"]}">{bound}</div></div>')
 
 
@@ -208,6 +214,8 @@ def serving_explorer(models: dict[str, dict], accelerators: dict[str, dict]) -> 
     def control(widget: widgets.DOMWidget, name: str) -> widgets.DOMWidget:
         widget.add_class(f"ctc-{name}")  # a handle for the browser test
         widget.style.description_width = "150px"
+        if isinstance(widget, widgets.SelectionSlider):  # its readout takes no typing: the
+            widget.add_class("ctc-choice-slider")  # lab's style (grader/lab/labextension) says so
         widget.layout.width = "560px"
         return widget
 

@@ -19,6 +19,12 @@ import ipywidgets as widgets
 from solutions.backprop import model_params
 from solutions.memory import activation_bytes_per_layer, training_memory
 
+# Colours from JupyterLab's theme where there is one (light or dark), these elsewhere: a line of
+# the text's colour, and green or red for whether the plan fits.
+LINE_COLOUR = "var(--jp-ui-font-color0, black)"
+FITS_COLOUR = "var(--jp-success-color1, #007a33)"
+MISSES_COLOUR = "var(--jp-error-color1, #b00020)"
+
 # Each component of a budget: its label and colour (the colours of the lesson's memory bars).
 BUDGET_PARTS = {"params": ("weights", "#0072B2"), "grads": ("gradients", "#56B4E9"),
                 "master_params": ("fp32 master weights", "#009E73"),
@@ -138,9 +144,9 @@ def budget_html(budget: dict[str, int], gpu_name: str, gpu_bytes: float,
         '<div style="position:relative;width:600px;height:26px;margin:8px 0;'
         'background:#eee;display:flex">' + "".join(segments)
         + f'<div style="position:absolute;left:{capacity_left:.3f}%;top:-4px;height:34px;'
-        'border-left:3px dashed black"></div></div>'
+        f'border-left:3px dashed {LINE_COLOUR}"></div></div>'
         f'<div data-fits="{str(fits).lower()}" style="font-weight:bold;color:'
-        f'{"#007a33" if fits else "#b00020"}">{verdict}</div></div>')
+        f'{FITS_COLOUR if fits else MISSES_COLOUR}">{verdict}</div></div>')
 
 
 def memory_budget_explorer(models: dict[str, dict], accelerators: dict[str, dict]) -> widgets.VBox:
@@ -158,6 +164,8 @@ def memory_budget_explorer(models: dict[str, dict], accelerators: dict[str, dict
     def control(widget: widgets.DOMWidget, name: str) -> widgets.DOMWidget:
         widget.add_class(f"ctc-{name}")  # a handle for the browser test
         widget.style.description_width = "150px"
+        if isinstance(widget, widgets.SelectionSlider):  # its readout takes no typing: the
+            widget.add_class("ctc-choice-slider")  # lab's style (grader/lab/labextension) says so
         widget.layout.width = "560px"
         return widget
 

@@ -92,6 +92,8 @@ def _stop_script(process: subprocess.Popen, patience: float = 5.0) -> str:
     for pipe in (process.stdout, process.stderr):
         if pipe is not None:
             pipe.close()
+    if members and len(members) == 1:  # the script alone: its ranks had not started
+        return "the one process was stopped"
     return (f"the {len(members)} processes were stopped" if members
             else "the script and its ranks were stopped")
 

@@ -1,7 +1,12 @@
 """Each lesson's instructor version run once per test session in lecture mode (as `make demo`
 runs it), its figures measured as they are drawn; tests/test_notebooks.py reads the run's outputs
 and tests/test_plots.py its figures. One xdist worker runs a lesson while the other waits for it
-(tests/grading_helpers.make_once)."""
+(tests/grading_helpers.make_once).
+
+The run is a student's: the kernel is given the draws of a student id (``LECTURE_STUDENT``) who
+answers a variant of the graded prediction other than the default (``lecture_variant``), as the
+lab gives them, so that tests/test_notebooks.py can check that no cell shows that student their
+own answer."""
 
 from __future__ import annotations
 
@@ -55,8 +60,22 @@ _ctc_Canvas.print_figure = _ctc_measured_print_figure
 
 
 
+LECTURE_STUDENT = "lecture-run"
+
+
+def lecture_variant(lesson) -> dict[str, int]:
+    """The variant of each graded prediction the lecture run's student answers: never the
+    default, and another one from lesson to lesson."""
+    from grader.content.variants import variants_of
+
+    return {name: 1 + int(lesson.name[:2]) % (len(spec.choices) - 1)
+            for name, spec in variants_of(lesson).items()}
+
+
 def lecture_run(lesson, shared: Path) -> tuple[nbformat.NotebookNode, list[dict], float]:
-    """(the executed notebook, each figure's measures, the run's seconds) of ``lesson``."""
+    """(the executed notebook, each figure's measures, the run's seconds) of ``lesson``, run
+    for ``LECTURE_STUDENT``."""
+    from grader.content.variants import ENV, kernel_variants
     from grader.lab.progress import execute
 
     folder = shared / "lecture-runs"
@@ -69,7 +88,9 @@ def lecture_run(lesson, shared: Path) -> tuple[nbformat.NotebookNode, list[dict]
         figures.unlink(missing_ok=True)
         nb.cells.insert(0, new_code_cell(f"_ctc_figures_log = {str(figures)!r}\n" + MEASURE))
         start = time.perf_counter()
-        execute(nb, lesson.folder, None, 120)
+        draws = kernel_variants(LECTURE_STUDENT, {lesson.name: lecture_variant(lesson)},
+                                "0123456789ab")
+        execute(nb, lesson.folder, None, 120, env={ENV: draws})
         took = time.perf_counter() - start
         nb.cells.pop(0)
         nbformat.write(nb, ran)

@@ -2,12 +2,15 @@
 
 A student opens the released lesson, runs all cells and sees the course's Validate button; the
 only errors on the page are the "not implemented yet" of unanswered exercises. In every lesson
-a student who has answered everything gets the success summary from Validate, and one whose
-graded prediction is outside its band and one exercise wrong a summary that counts neither
-(lesson 01 in the dialog, the others from the button's address on the same server); in lesson
-01 Validate also answers a notebook partly done, with a cell that raises, a SyntaxError and a
-kernel the student interrupted. An instructor runs the instructor version top
-to bottom: no error, plots drawn. Screenshots are saved in build/screenshots/ for the test log.
+a student who has answered everything, their graded prediction far off, gets a summary that
+counts the prediction apart and its point in no total (only grading knows its answer), and one
+whose prediction is far off and one exercise wrong a summary that counts neither and lists
+neither as passing (lesson 01 in the dialog, the others from the button's address on the same
+server, a lab with a student id); a notebook worked on the default numbers, opened with an id,
+is said to be so first. In lesson 01 Validate also answers a notebook partly done, with a cell
+that raises, a SyntaxError and a kernel the student interrupted. An instructor runs the
+instructor version top to bottom: no error, plots drawn; a cell run after Kernel > Restart
+says so in one line. Screenshots are saved in build/screenshots/ for the test log.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tests.grading_helpers import (
     WRONG_ANSWERS,
     answered,
     cell,
+    graded_prediction,
     mixed,
     points,
     read_notebook,
@@ -151,30 +155,65 @@ def test_student_runs_all_and_sees_validate_and_only_not_implemented_errors(lab)
     assert errors, "the unanswered exercises should report themselves"
     assert all("not implemented yet" in e or "not done yet" in e for e in errors), errors[:2]
     assert all(len(e.strip().splitlines()) == 1 for e in errors), errors[:2]  # one line each
+    # A printed line too long for the output area wraps between words, not inside one (the
+    # course's style over JupyterLab's "break-all").
+    assert page.eval_on_selector(".jp-OutputArea-output pre",
+                                 "e => getComputedStyle(e).wordBreak") == "normal"
     shown = validate(page, "student-validate")
     exercises = points(nbformat.read(LESSON.notebook, as_version=4))
+    prediction = graded_prediction(LESSON)
+    checked = {k: v for k, v in exercises.items() if k != prediction}
     assert shown["paragraphs"][0] == (  # the summary first
-        f"0 of {len(exercises)} exercises pass their visible checks "
-        f"(0 of {sum(exercises.values()):g} points).")
+        f"0 of {len(checked)} exercises pass their visible checks "
+        f"(0 of {sum(checked.values()):g} points). Your graded prediction, {prediction}, is "
+        f"still to do ({exercises[prediction]:g} point).")
     assert shown["items"] == [f"to do {name} ({n:g} point{'s' * (n != 1)})"
                               for name, n in exercises.items()]
     assert "Hidden checks also run" in shown["paragraphs"][-1]
 
 
+STUDENT = "s-42"  # the id of the student whose lab serves lab_validate
+
+
+def far_off(student: nbformat.NotebookNode, lesson) -> nbformat.NotebookNode:
+    """Every answer in, the graded prediction a thousand times its answer (for any variant)."""
+    nb, (_prediction, wrong) = mixed(student, lesson)
+    cell(nb, wrong).source = cell(answered(student, lesson), wrong).source
+    return nb
+
+
+def worked_on_the_defaults(nb: nbformat.NotebookNode, lesson) -> nbformat.NotebookNode:
+    """``nb`` as a lab without a student id saved it: its variant cell's record of the
+    default numbers, drawn for no one."""
+    from nbformat.v4 import new_output
+
+    prediction = graded_prediction(lesson)
+    cell(nb, f"variant-{prediction}").outputs = [new_output(
+        "display_data", data={"text/plain": "Your numbers: ..."},
+        metadata={"counting_the_cost": {"variant": {"exercise": f"{lesson.name}/{prediction}",
+                                                    "student": None, "index": 0,
+                                                    "course": ""}}})]
+    return nb
+
+
 @pytest.fixture(scope="module")
 def lab_validate(tmp_path_factory, browser, shared_tmp):
-    """A lab server over every lesson's student version with every answer filled in from the
-    instructor's (``done-LESSON``); lesson 01 also with its graded prediction far off and one
-    exercise wrong (``mixed-LESSON``: that each lesson's wrong answer fails a visible check,
-    tests/test_grading.py reads from its grading), and at three other stages."""
+    """A lab server, with a student id (``STUDENT``), over every lesson's student version with
+    every answer filled in from the instructor's but the graded prediction far off
+    (``done-LESSON``); lesson 01 also with one exercise wrong besides (``mixed-LESSON``: that
+    each lesson's wrong answer fails a visible check, tests/test_grading.py reads from its
+    grading), worked on the defaults (``defaults-LESSON``), and at three other stages."""
+    from grader.content.variants import ENV, course_key, lab_variants
+
     tmp = tmp_path_factory.mktemp("validate")
     root = tmp / "root"
     for lesson in all_lessons():
         student_version = released(lesson, shared_tmp)
         student = read_notebook(student_version / lesson.notebook.name)
-        kinds = [("done", answered(student, lesson))]
+        kinds = [("done", far_off(student, lesson))]
         if lesson.name == LESSON.name:
             kinds.append(("mixed", mixed(student, lesson)[0]))
+            kinds.append(("defaults", worked_on_the_defaults(far_off(student, lesson), lesson)))
         for kind, nb in kinds:
             shutil.copytree(student_version, root / f"{kind}-{lesson.name}")
             nbformat.write(nb, root / f"{kind}-{lesson.name}" / lesson.notebook.name)
@@ -190,19 +229,29 @@ def lab_validate(tmp_path_factory, browser, shared_tmp):
     shutil.copytree(first, root / "partly")
     nbformat.write(partly, root / "partly" / LESSON.notebook.name)
     course = Course(tmp / "course", log=lambda _: None)
-    with running_lab(root, lab_environment(course), 0,
+    environment = {**lab_environment(course),
+                   ENV: lab_variants(course_key(course.root, create=True), STUDENT)}
+    with running_lab(root, environment, 0,
                      "--LabApp.expose_app_in_browser=True") as (base, token):
         yield base, token, browser
 
 
 def summary_of(lesson, exclude: dict[str, float] | None = None) -> str:
+    """The headline of a lesson whose graded prediction is in and whose other exercises pass
+    but those of ``exclude``: the prediction apart, its point in no total."""
     exercises = points(read_notebook(lesson.notebook))
+    prediction = graded_prediction(lesson)
+    apart = exercises.pop(prediction)
     total = sum(exercises.values())
     if not exclude:
-        return (f"All {len(exercises)} exercises pass their visible checks ({total:g} of "
-                f"{total:g} points).")
-    return (f"{len(exercises) - len(exclude)} of {len(exercises)} exercises pass their visible "
-            f"checks ({total - sum(exclude.values()):g} of {total:g} points).")
+        counted = (f"All {len(exercises)} exercises pass their visible checks ({total:g} of "
+                   f"{total:g} points).")
+    else:
+        counted = (f"{len(exercises) - len(exclude)} of {len(exercises)} exercises pass their "
+                   f"visible checks ({total - sum(exclude.values()):g} of {total:g} points).")
+    return (f"{counted} Your graded prediction, {prediction}, is in: it is graded when you hand "
+            f"in ({apart:g} point)." + ("" if exclude else " Hand in the notebook as your "
+                                        "course asks."))
 
 
 def validate_by_address(base: str, token: str, path: str) -> dict:
@@ -219,19 +268,22 @@ def validate_by_address(base: str, token: str, path: str) -> dict:
     answer = reply["value"]
     items = [f"{e['status']} {e['name']} ({e['points']:g} point{'s' * (e['points'] != 1)})"
              + (f": {e['message']}" if e["message"] else "")
-             for e in answer["exercises"] if e["status"] != "passes"]
-    return {"paragraphs": [answer["headline"], answer["note"]], "items": items}
+             for e in answer["exercises"] if e["status"] not in ("passes", "in")]
+    return {"paragraphs": [answer["headline"], answer["note"]], "items": items,
+            "graded": [e["name"] for e in answer["exercises"] if e["status"] == "in"]}
 
 
 @pytest.mark.parametrize("lesson", all_lessons(), ids=lambda lesson: lesson.name)
 def test_validate_shows_the_success_summary_and_counts_no_unearned_point(
         lab_validate, lesson) -> None:
-    """Every answer in: the success summary, first. Lesson 01 in the browser, where the dialog
-    is drawn (and the tests below draw it at every stage), then with a graded prediction far
-    off and one exercise wrong: the summary counts the prediction as in (Validate cannot know
-    its band) and lists the wrong one on a line. The other lessons by the button's own address
-    on the same server, which answers what the dialog shows: a page load each would cost
-    seconds and check the same drawing again."""
+    """Every answer in, the graded prediction a thousand times its answer: the success
+    summary, first, with the prediction apart, "in", its point in no total and not among the
+    passing (Validate cannot know its band). Lesson 01 in the browser, where the dialog is
+    drawn (and the tests below draw it at every stage), then with one exercise wrong besides:
+    the wrong one on a line, the prediction in no list of passing exercises; then worked on the
+    default numbers and opened in a lab with an id: said first, with what to re-run. The other
+    lessons by the button's own address on the same server, which answers what the dialog
+    shows: a page load each would cost seconds and check the same drawing again."""
     base, token, browser = lab_validate
     in_browser = lesson.name == LESSON.name
 
@@ -245,13 +297,17 @@ def test_validate_shows_the_success_summary_and_counts_no_unearned_point(
         page.close()
         return shown
 
+    prediction = graded_prediction(lesson)
     shown = shown_for("done")
-    assert shown["paragraphs"][0].startswith(summary_of(lesson)), shown["paragraphs"]
+    assert shown["paragraphs"][0] == summary_of(lesson), shown["paragraphs"]
     assert shown["items"] == []
     assert "Hidden checks also run" in shown["paragraphs"][-1]
-
+    assert f"drawn for {STUDENT}" in shown["paragraphs"][-1]  # the lab's id reached the run
     if not in_browser:
+        assert shown["graded"] == [prediction]
         return
+    assert (f"Graded when you hand in: {prediction} (1 point). Your number is in; only grading "
+            "knows the answer for your numbers.") in shown["paragraphs"]
     shown = shown_for("mixed")
     exercises = points(read_notebook(lesson.notebook))
     _prediction, wrong = mixed(read_notebook(lesson.notebook), lesson)[1]
@@ -261,6 +317,14 @@ def test_validate_shows_the_success_summary_and_counts_no_unearned_point(
     assert shown["paragraphs"][0] == summary_of(lesson, {wrong: exercises[wrong]})
     assert [i for i in shown["items"] if not i.startswith(f"fails {wrong} (")] == []
     assert len(shown["items"]) == 1
+    [passing] = [p for p in shown["paragraphs"] if p.startswith("Passing: ")]
+    assert prediction not in passing and wrong not in passing
+    shown = shown_for("defaults")
+    assert shown["paragraphs"][0].startswith(
+        "This notebook was worked on other numbers than yours: its numbers are the course's "
+        f"default ones (it was worked without a student id), not the ones drawn for {STUDENT}."
+        ), shown["paragraphs"]
+    assert 'Run the cell that prints "Your numbers" again' in shown["paragraphs"][0]
 
 
 def test_validate_answers_at_every_stage_of_a_lesson(lab_validate) -> None:
@@ -270,8 +334,12 @@ def test_validate_answers_at_every_stage_of_a_lesson(lab_validate) -> None:
     page = open_notebook(browser, base, token, f"partly/{LESSON.notebook.name}", "partly")
     shown = validate(page, "validate-partly")
     exercises = points(read_notebook(LESSON.notebook))
-    assert shown["paragraphs"][0] == summary_of(
-        LESSON, {k: v for k, v in exercises.items() if k not in ("FloatFormat", "split_bits")})
+    prediction = graded_prediction(LESSON)
+    checked = {k: v for k, v in exercises.items() if k != prediction}
+    assert shown["paragraphs"][0] == (
+        f"2 of {len(checked)} exercises pass their visible checks "
+        f"({exercises['FloatFormat'] + exercises['split_bits']:g} of {sum(checked.values()):g} "
+        f"points). Your graded prediction, {prediction}, is still to do (1 point).")
     decode = next(i for i in shown["items"] if " decode " in i)
     assert decode.startswith("fails decode (2 points): ") and "not defined" in decode, decode
     # The student starts a long cell and interrupts it: Validate runs a kernel of its own.
@@ -330,7 +398,26 @@ def assert_every_plot_fits(page, lesson) -> None:
         assert box["width"] <= 850 and box["height"] <= min(area, 580), (lesson.name, i, box)
 
 
+RESTART_AND_RUN = """async (index) => {
+    const app = window.jupyterapp;
+    const panel = app.shell.currentWidget;
+    await panel.sessionContext.session.kernel.restart();
+    await panel.sessionContext.ready;
+    panel.content.activeCellIndex = index;
+    await app.commands.execute('notebook:run-cell');
+    const cell = panel.content.widgets[index];
+    for (let i = 0; i < 600 && !cell.node.querySelector(
+            ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"); i++) {
+        await new Promise(r => setTimeout(r, 100));
+    }
+    return [...cell.node.querySelectorAll(".jp-OutputArea-output")].map(e => e.innerText);
+}"""
+
+
 def test_instructor_version_runs_top_to_bottom_without_error_with_plots(lab) -> None:
+    """And then Kernel > Restart, and one cell run again before the cells above it: one line
+    that says the kernel restarted (the lab's kernels install the course's messages at their
+    start: grader/lab/kernel_startup.py)."""
     base, token, browser = lab
     page = run_all(browser, base, token, "instructor", "instructor-run-all")
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
@@ -339,3 +426,12 @@ def test_instructor_version_runs_top_to_bottom_without_error_with_plots(lab) -> 
                                        ".length")
     assert passed == len(points(nbformat.read(LESSON.notebook, as_version=4)))
     assert page.locator(".jp-RenderedImage img").count() >= 2
+    nb = read_notebook(LESSON.notebook)
+    index = next(i for i, c in enumerate(nb.cells)
+                 if c.metadata.get("nbgrader", {}).get("grade_id") == "test-decode")
+    [shown] = page.evaluate(RESTART_AND_RUN, index)
+    page.screenshot(path=str(SCREENSHOTS / "after-restart.png"))
+    assert shown.strip() == (
+        "NameError: `check` is not defined: the kernel restarted (or has just started), so the "
+        "cells above have not run in it. Run the cells above first (Run > Run All Above "
+        "Selected Cell), then this one"), shown

@@ -349,13 +349,19 @@ def run_cells(*sources: str, env: dict[str, str] | None = None) -> list[list[dic
 
 @pytest.mark.slow
 def test_a_failed_check_is_one_line_that_names_the_field_and_where_the_code_raised() -> None:
-    named, raised, tensor = run_cells(
+    named, raised, tensor, bits, said = run_cells(
         "def split_bits(bits, fmt):\n    return (0, 14, 0)\ncheck('split_bits(1, 2)', (0, 15, 0))",
         "def encode(x):\n    y = x + 1\n    return [y][x]\ncheck('encode(3)', 1)",
-        "import torch\ncheck('torch.ones(2)', torch.zeros(2))")
-    for outputs in (named, raised, tensor):
+        "import torch\ncheck('torch.ones(2)', torch.zeros(2))",
+        "def encode(x, fmt):\n    return 0x3F81\ncheck('encode(1 + 2**-8, 2)', 0x3F80)",
+        "check('(lambda w: (w.append(2), w)[-1])([1])', [1, 3], tried='[1] after append(2)')")
+    for outputs in (named, raised, tensor, bits, said):
         [error] = [o for o in outputs if o.output_type == "error"]
         assert error.ename == "CheckFailed" and len(error.traceback) == 1, error.traceback
+    # a bit pattern in hex, as the lesson writes it; what was tried in words, not as a lambda
+    assert bits[0].evalue == ("encode(1 + 2**-8, 2): expected 0x3F80 (16256), got 0x3F81 "
+                              "(16257)")
+    assert said[0].evalue == "[1] after append(2): item 1: expected 3, got 2"
     assert named[0].evalue == "split_bits(1, 2): item 1 (exponent): expected 15, got 14"
     assert raised[0].evalue == ("encode(3) raised IndexError: list index out of range "
                                 "(in encode, line 3 of its cell)")
@@ -392,8 +398,11 @@ def test_running_ahead_and_interrupting_say_one_line_each() -> None:
     [error] = ahead
     assert len(error.traceback) == 1 and "`decode_tensor` is not defined yet" in \
         error.traceback[0] and "Run All Above" in error.traceback[0]
-    [error] = typo_inside  # raised inside a function: the usual traceback, which says where
-    assert len(error.traceback) > 1 and error.ename == "NameError"
+    [error] = typo_inside  # raised inside a function: where, and what to run or check
+    assert error.traceback == ["\x1b[0;31mNameError\x1b[0m: `undefined_name` is not defined "
+                               "(in f, line 2 of its cell): if a cell above defines it, run "
+                               "them first (Run > Run All Above Selected Cell); if not, check "
+                               "its spelling"]
     [error] = interrupted
     assert error.traceback == ["\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted "
                                "(in spin, line 2 of its cell)"]
@@ -402,6 +411,57 @@ def test_running_ahead_and_interrupting_say_one_line_each() -> None:
                                "(line 2 of this cell)"]
     [error] = undefined_check
     assert error.ename == "CheckFailed" and "`not_defined_here` is not defined" in error.evalue
+
+
+def _run_in(client, code: str) -> list[dict]:
+    """The iopub messages' contents of running ``code`` in a kernel ``client`` talks to."""
+    outputs = []
+    client.execute_interactive(code, timeout=120, output_hook=lambda message: outputs.append(
+        message) if message["msg_type"] in ("error", "stream", "display_data") else None)
+    return [{"msg_type": m["msg_type"], **m["content"]} for m in outputs]
+
+
+@pytest.mark.slow
+def test_a_cell_run_after_a_kernel_restart_says_so_in_one_line() -> None:
+    """The lab's kernels run grader/lab/kernel_startup.py (PYTHONSTARTUP) at their start and
+    at each restart: before the checks cell has run again, a cell that reads a name from above
+    says in one line that the kernel restarted; after it, a name missing in a generator
+    expression of the cell, or in a function defined in it, is one line too, saying where."""
+    import os
+
+    from jupyter_client.manager import start_new_kernel
+
+    from grader.lab.server import KERNEL_STARTUP
+
+    environment = {k: v for k, v in os.environ.items() if k != "CTC_VARIANTS"}
+    manager, client = start_new_kernel(
+        kernel_name="python3", env={**environment, "PYTHONSTARTUP": str(KERNEL_STARTUP)})
+    try:
+        checks = Path(notebook_checks.__file__).read_text()
+        [said] = _run_in(client, checks)
+        assert said["text"].startswith("No student id is set") and "make lab STUDENT=" in \
+            said["text"]
+        manager.restart_kernel(now=True)
+        client.wait_for_ready(timeout=120)
+        [error] = _run_in(client, "check('decode(0x3C00, FP16)', 1.0)")
+        assert error["traceback"] == [
+            "\x1b[0;31mNameError\x1b[0m: `check` is not defined: the kernel restarted (or has "
+            "just started), so the cells above have not run in it. Run the cells above first "
+            "(Run > Run All Above Selected Cell), then this one"]
+        [names] = _run_in(client, "print(sorted(dir()))")
+        assert "_install_course_messages" not in names["text"]  # the startup leaves no name
+        _run_in(client, checks)
+        [error] = _run_in(client, "shown = list(gpu_name(n) for n in (1, 2))")
+        assert error["traceback"] == [
+            "\x1b[0;31mNameError\x1b[0m: `gpu_name` is not defined yet: it comes from a cell "
+            "above this one. Run the cells above first (Run > Run All Above Selected Cell), then "
+            "this one"]
+        [error] = _run_in(client, "def make():\n    return widths\n\n\nmake()")
+        assert len(error["traceback"]) == 1 and "(in make, line 2 of its cell)" in \
+            error["traceback"][0]
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
 
 
 @pytest.mark.slow
@@ -531,38 +591,56 @@ def test_validate_sums_up_each_exercise_with_its_points() -> None:
     assert summary.endswith(HIDDEN_NOTE)
 
 
-def test_validate_counts_a_graded_prediction_that_is_in_as_passing_its_visible_check() -> None:
+def test_validate_counts_a_graded_prediction_apart_and_never_in_a_total() -> None:
     """A graded prediction's visible check can say only that a number is in (the lab never
-    holds the answer): Validate counts it as passing its visible checks, saying so."""
+    holds the answer, and a number far off is in too): Validate neither counts its point nor
+    lists it as passing; the headline says it is graded at the hand-in, and when it is still to
+    do. A graded prediction is told from its test cell's source."""
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
     from grader.lab.validate import MARK, exercises, headline, nbgrader_answer
 
     def test_cell(name: str, points: int, *outputs, ran: bool = True):
-        cell = new_code_cell("...", outputs=list(outputs), execution_count=1 if ran else None)
+        source = (f"check_prediction({name!r}, rel_tol=0.1, graded=True)"
+                  if name.startswith("predicted_") else "...")
+        cell = new_code_cell(source, outputs=list(outputs), execution_count=1 if ran else None)
         cell.metadata["nbgrader"] = {"grade": True, "grade_id": f"test-{name}", "points": points}
         return cell
 
     inside = new_output("display_data", data={"text/plain": "x = 3: in, ..."},
                         metadata={MARK: {"verdict": "in"}})
+    forged = new_code_cell("print('all passed')", outputs=[inside], execution_count=1)
+    forged.metadata["nbgrader"] = {"grade": True, "grade_id": "test-encode", "points": 3}
     nb = new_notebook(cells=[
         test_cell("decode", 2, new_output("stream", name="stdout", text="passed\n")),
         test_cell("predicted_x", 1, inside),
-        test_cell("predicted_y", 1, new_output("error", ename="CheckFailed", traceback=[],
-                                               evalue="predicted_y: not done yet: write")),
         test_cell("encode", 3, ran=False)])
     found = exercises(nb)
-    assert [(e.name, e.status) for e in found] == [
-        ("decode", "passes"), ("predicted_x", "passes"), ("predicted_y", "to do"),
-        ("encode", "fails")]
-    assert "graded against your own numbers" in found[1].message
-    assert headline(found) == "2 of 4 exercises pass their visible checks (3 of 7 points)."
-    assert "not run" in found[3].message
-    everything = [e for e in found if e.name == "decode"]
-    assert headline(everything).startswith("All 1 exercises pass their visible checks (2 of 2")
+    assert [(e.name, e.status, e.prediction) for e in found] == [
+        ("decode", "passes", False), ("predicted_x", "in", True), ("encode", "fails", False)]
+    assert "graded when you hand in" in found[1].message and not found[1].counts
+    assert headline(found) == ("1 of 2 exercises pass their visible checks (2 of 5 points). "
+                               "Your graded prediction, predicted_x, is in: it is graded when "
+                               "you hand in (1 point).")
+    assert "not run" in found[2].message
+    done = [e for e in found if e.name != "encode"]
+    assert headline(done) == ("All 1 exercises pass their visible checks (2 of 2 points). Your "
+                              "graded prediction, predicted_x, is in: it is graded when you "
+                              "hand in (1 point). Hand in the notebook as your course asks.")
+    to_do = new_output("error", ename="CheckFailed", traceback=[],
+                       evalue="predicted_x: not done yet: write")
+    [_, waiting] = exercises(new_notebook(cells=[nb.cells[0], test_cell("predicted_x", 1,
+                                                                         to_do)]))
+    assert (waiting.status, waiting.prediction) == ("to do", True)
+    assert headline([done[0], waiting]).endswith("predicted_x, is still to do (1 point).")
+    # an exercise's cell cannot pass as a prediction by printing the mark
+    [encode] = exercises(new_notebook(cells=[forged]))
+    assert (encode.status, encode.prediction) == ("passes", False)
     # nbgrader's own dialog: never its broken "passed" branch
     answer = {"headline": headline(found), "exercises": [vars(e) for e in found],
               "changed": [], "note": "note"}
     assert list(nbgrader_answer(answer)) == ["failed"]
-    answer.update(exercises=[vars(e) for e in everything], headline=headline(everything))
+    answer.update(exercises=[vars(e) for e in done], headline=headline(done))
     assert nbgrader_answer(answer) == {}
+    answer["saved_numbers"] = "This notebook was worked on other numbers than yours: ..."
+    assert answer["saved_numbers"] in nbgrader_answer(answer)["failed"][0]["raw_error"]

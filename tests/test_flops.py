@@ -406,7 +406,7 @@ CRITICAL = "predicted_critical_batch_h100"
 CRITICAL_VARIANTS = range(len(FLOPS_VARIANTS[CRITICAL].choices))
 # Bytes per element of each dtype a variant may name, from torch's own dtypes.
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-                "fp8": torch.float8_e4m3fn}
+                "fp64": torch.float64, "fp8": torch.float8_e4m3fn}
 
 
 def critical_variant(index: int) -> tuple[dict, float]:
@@ -505,15 +505,16 @@ def test_exact_critical_batch_of_a_wide_layer_is_within_the_graded_band(index: i
 
 
 def test_wrong_peaks_or_bytes_per_element_miss_the_graded_band() -> None:
-    """The slips the band is meant to catch, in every variant: the sparse peak, or bytes per
-    element of another dtype (fp32's 4, or 2 in fp8), or none at all (B = the ridge point in
-    fp8), are off by a factor of 2."""
+    """The slips the band is meant to catch, in every variant: the sparse peak (for the dtypes
+    that have one: not fp32), or bytes per element of another dtype (fp32's 4, or 2 in fp8, or
+    2 for fp32), or none at all (B = the ridge point in fp8), are off by a factor of 2."""
     for index in CRITICAL_VARIANTS:
         names, answer = critical_variant(index)
         spec = HARDWARE[names["layer_gpu"]]
         dtype, bandwidth = names["layer_dtype"], spec["memory_bandwidth"]
         b = names["layer_bytes"]
-        wrong = [spec["peak_flops_with_sparsity"][dtype] / bandwidth * b / 2,
+        sparse = spec["peak_flops_with_sparsity"].get(dtype)
+        wrong = [*([sparse / bandwidth * b / 2] if sparse else []),
                  *(spec["peak_flops"][dtype] / bandwidth * other / 2
                    for other in (1, 2, 4) if other != b)]
         for number in wrong:

@@ -22,11 +22,25 @@ def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path, shar
         mine = workspace / lesson.name / lesson.notebook.name
         assert "raise NotImplementedError()" in mine.read_text()  # the student version
     assert "Validate ran on" in done.stdout
+    from grader.content.notebook_checks import SET_YOUR_ID
+
+    assert f"No student id is set: the lessons use the course's default numbers. {SET_YOUR_ID}" \
+        in done.stdout  # `make lab` with no id: the one instruction
 
     # The student's edits survive a second start; a deleted lesson comes back.
+    import nbformat
+    from nbformat.v4 import new_output
+
     first = all_lessons()[0]
     mine = workspace / first.name / first.notebook.name
     mine.write_text(mine.read_text().replace("raise NotImplementedError()", "return 42", 1))
+    worked = nbformat.read(mine, as_version=4)  # its variant cell ran without an id
+    [variant] = [c for c in worked.cells if "variant_of" in c.metadata.get("course", {})]
+    variant.outputs = [new_output("display_data", data={"text/plain": "Your numbers: ..."},
+                                  metadata={"counting_the_cost": {"variant": {
+                                      "exercise": f"{first.name}/predicted_bf16_stall",
+                                      "student": None, "index": 0, "course": ""}}})]
+    nbformat.write(worked, mine)
     done = grader("lab", "--smoke", "--workspace", workspace, "--course-dir", course,
                   "--student", "s-123")
     assert "return 42" in mine.read_text()
@@ -34,6 +48,9 @@ def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path, shar
     # The id given once reaches the kernels of Validate (run by the lab's own server).
     assert "your own numbers are drawn for student id s-123" in done.stdout
     assert "asks about the numbers drawn for s-123" in done.stdout
+    # and the lab says that the copy worked on the defaults is not the student's, and what to do
+    assert (f"{first.name}: This notebook was worked on other numbers than yours: its numbers "
+            "are the course's default ones") in done.stdout
 
 
 def test_the_student_id_is_given_once_and_refused_when_it_is_not_one(tmp_path) -> None:
@@ -134,15 +151,25 @@ def test_a_newer_course_version_is_announced_only_when_there_is_one(tmp_path) ->
 
 
 def test_an_unedited_copy_follows_the_course(tmp_path) -> None:
-    from grader.lab.server import prepare_workspace
+    """And each copy carries the language_info this lab's kernels report, so that JupyterLab,
+    which writes it when the kernel starts, does not show a notebook just opened as unsaved."""
+    import nbformat
+    from ipykernel.ipkernel import IPythonKernel
+
+    from grader.lab.server import prepare_workspace, student_copy
 
     course, lesson, workspace, said = workspace_of_one_lesson(tmp_path)
+    mine = workspace / lesson.name / lesson.notebook.name
+    assert nbformat.read(mine, as_version=4).metadata.language_info == \
+        IPythonKernel.language_info
     released = change_the_release(course, lesson)
     said.clear()
     prepare_workspace(course, workspace, [lesson])
-    mine = workspace / lesson.name / lesson.notebook.name
-    assert mine.read_text() == released.read_text()
+    assert mine.read_bytes() == student_copy(released)
     assert any(line.startswith("updated:") for line in said)
+    said.clear()
+    prepare_workspace(course, workspace, [lesson])
+    assert said == []  # the same version again: nothing to say
 
 
 @pytest.mark.slow
@@ -160,16 +187,29 @@ def test_progress_lists_each_exercise_of_the_students_copies(tmp_path, shared_tm
     nb = nbformat.read(mine, as_version=4)
     reference = nbformat.read(lesson.notebook, as_version=4)
     by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in reference.cells}
+    from nbformat.v4 import new_output
+
     for cell in nb.cells:  # the student has done split_bits, and nothing else
         if cell.metadata.get("nbgrader", {}).get("grade_id") in ("FloatFormat", "split_bits"):
             cell.source = by_id[cell.metadata.nbgrader.grade_id].source
+        if "variant" in cell.metadata.get("nbgrader", {}).get("grade_id", ""):  # run, no id set
+            cell.outputs = [new_output("display_data", data={"text/plain": "Your numbers: ..."},
+                                       metadata={"counting_the_cost": {"variant": {
+                                           "exercise": f"{lesson.name}/predicted_bf16_stall",
+                                           "student": None, "index": 0, "course": ""}}})]
     nbformat.write(nb, mine)
     (workspace / ".student").write_text('{"student": "s-9", "code": null}')  # as lab --student
     done = grader("progress", lesson.name, "--workspace", workspace, "--course-dir", course)
     assert "asks about the numbers drawn for s-9" in done.stdout  # its kernels had them
     assert "passes   split_bits" in done.stdout and "to do    decode" in done.stdout
     exercises = sum(1 for c in reference.cells if c.metadata.get("nbgrader", {}).get("grade"))
-    assert f"2 of {exercises} exercises pass their visible checks" in done.stdout
+    # the graded prediction apart: its point is in no total
+    assert f"2 of {exercises - 1} exercises pass their visible checks (2 of" in done.stdout
+    assert "graded prediction, predicted_bf16_stall, is still to do (1 point)" in done.stdout
+    # saved on the defaults, now with an id: said, with what to re-run
+    assert ("worked on other numbers than yours: its numbers are the course's default ones "
+            "(it was worked without a student id), not the ones drawn for s-9") in done.stdout
+    assert 'Run the cell that prints "Your numbers" again' in done.stdout
     assert "Hidden checks also run" in done.stdout
 
 
@@ -227,3 +267,28 @@ def test_the_hubs_lab_servers_load_the_validate_button_and_its_server_side(role)
     assert (Path(path) / VALIDATE_PLUGIN / "package.json").is_file()
     enabled = json.loads((folder / "jupyter_server_config.json").read_text())
     assert enabled["ServerApp"]["jpserver_extensions"]["grader.lab.validate"] is True
+
+
+def test_one_instruction_for_setting_ones_id_is_given_word_for_word_everywhere() -> None:
+    """The README, the student's guide, the hub's guide and the top of every lesson give the
+    same instruction (grader/content/notebook_checks.py's SET_YOUR_ID), which every lesson's
+    checks cell prints when no id is set and `make lab` prints too (the smoke test above); no
+    other wording of it is left."""
+    import nbformat
+
+    from grader.content.lessons import REPO
+    from grader.content.notebook_checks import SET_YOUR_ID
+
+    def plain(text: str) -> str:
+        return " ".join(text.replace("`", "").split())
+
+    for path in ("README.md", "docs/student.md", "docs/hub.md"):
+        text = (REPO / path).read_text()
+        assert SET_YOUR_ID in plain(text), path
+        assert "--student YOUR_ID" not in text and "STUDENT=YOUR_ID" not in text, path
+    for lesson in all_lessons():
+        nb = nbformat.read(lesson.notebook, as_version=4)
+        assert SET_YOUR_ID in plain(nb.cells[0].source), lesson.name
+        [checks] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                    == "checks"]
+        assert "SET_YOUR_ID = (" in checks.source and "print(whose_numbers())" in checks.source

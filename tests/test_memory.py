@@ -683,6 +683,39 @@ def test_hidden_quantisation_cases_pass_another_order_and_rounding() -> None:
         assert case_problems(name, **other) == [None] * n_value_cases(name)
 
 
+def quantize_unguarded(x: torch.Tensor, block_size: int = 256):
+    """Hint 3's bug: a block of zeros divided by its absmax, 0 / 0, and the NaN cast to int8.
+    The cast is undefined: this CPU gives 0, the right code, so only the casts show it."""
+    flat = x.reshape(-1).float()
+    n = flat.numel()
+    scales = torch.nn.functional.pad(flat, (0, -n % block_size)).view(-1, block_size).abs().amax(1)
+    return torch.round(flat / scales.repeat_interleave(block_size)[:n] * 127).to(torch.int8), scales
+
+
+def test_a_missing_zero_block_guard_fails_a_check_whatever_the_cpu_makes_of_nan() -> None:
+    """Lesson 05's Hint 3 calls it a bug; the checks that compare codes cannot tell it on a CPU
+    that casts NaN to 0, so nan_casts (solutions/casts.py) watches the casts: its visible check
+    and the hidden ones fail for the unguarded code, and pass for the reference and for another
+    correct order."""
+    from solutions.casts import nan_casts
+
+    expressions = [as_case(c).expression for c in CASES["quantize_blockwise"]
+                   if as_case(c).raises is None]
+    watched = [i for i, e in enumerate(expressions) if e.startswith("nan_casts(")]
+    assert len(watched) == 2
+    problems = case_problems("quantize_blockwise", quantize_blockwise=quantize_unguarded)
+    assert all(problems[i] is not None for i in watched)
+    namespace = {"quantize_blockwise": quantize_unguarded, "torch": torch, "nan_casts": nan_casts}
+    assert eval("nan_casts('quantize_blockwise(torch.zeros(4), 2)')", namespace) == [
+        "NaN -> torch.int8"]
+    namespace["quantize_blockwise"] = quantize_other_order
+    assert eval("nan_casts('quantize_blockwise(torch.zeros(4), 2)')", namespace) == []
+    assert nan_casts("torch.tensor([1.5, float('inf')]).to(torch.int64)") == ["inf -> torch.int64"]
+    assert nan_casts("torch.tensor([1.5, 2.5]).to(torch.int8)") == []
+    with pytest.raises(ValueError, match="float32's range"):  # finite in float64 only
+        quantize_blockwise(torch.tensor([1.0, 1e39], dtype=torch.float64))
+
+
 def test_each_students_drawn_training_memory_cases_are_their_own_and_exact() -> None:
     """The hidden inputs drawn per student: valid, answered by the reference as the formula
     of the docstring says (an independent count), and different for different seeds."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import re
 
 import nbformat
@@ -101,8 +102,10 @@ DESCRIBED_NOT_ASKED = {("as_strided", "RuntimeError")}
 @by_name
 def test_every_error_an_exercise_asks_for_is_checked(lesson) -> None:
     """Every error that the text before a test cell names ("raise `ValueError` when ...") is
-    tested by a check, and at least one of them by a visible check: students are graded on what
-    the exercise says, and see that they are."""
+    tested by a check, and every bad input a hidden check tries is tried by a visible one too:
+    students are graded on what the exercise says, and Validate never counts as passing an
+    exercise that grading fails on bad input (lesson 05's `dequantize_blockwise` once asked for
+    three errors its visible checks never tried)."""
     nb = nbformat.read(lesson.notebook, as_version=4)
     exercises = {e.name: e for e in probe.exercises(lesson)}
     text = ""
@@ -119,6 +122,9 @@ def test_every_error_an_exercise_asks_for_is_checked(lesson) -> None:
         missing = asked - {c.expected.name for c in raises}
         assert not missing, f"{name}: the text asks for {sorted(missing)}; no check tests it"
         assert not asked or any(not c.hidden for c in raises), f"{name}: no visible check_raises"
+        visible = {c.expression for c in raises if not c.hidden}
+        unseen = [c.expression for c in raises if c.hidden and c.expression not in visible]
+        assert unseen == [], f"{name}: bad input only hidden checks try: {unseen}"
         text = ""
 
 
@@ -178,3 +184,93 @@ def test_every_sealed_answer_is_the_reference_value(lesson) -> None:
             assert answer == reference, name
         else:
             assert answer == pytest.approx(reference, rel=1e-9), name
+
+
+# ---------------------------------------------------------------- a student's own answer, unseen
+
+
+# A number as a cell may print it: 52,608, 52608, 52608.0, 5.26e+04, 5.26e4, 51.4 KiB, 0.0526 MB.
+PRINTED_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?([eE][-+]?\d+)?"
+                            r"(?:\s?(KiB|MiB|GiB|kB|KB|MB|GB|%))?(?!\w)")
+UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def printed_numbers(text: str) -> list[tuple[float, float, str]]:
+    """(value, half a unit of its last digit, as printed) of every number in ``text`` that says
+    enough to be told from the lesson's other numbers: three significant digits or more, a
+    decimal point, an exponent or a unit of bytes (not a bare 4 or 16, which any lesson prints).
+    Percentages are shares, not the quantities predicted, and are left out."""
+    found = []
+    for match in PRINTED_NUMBER.finditer(text):
+        whole, fraction, exponent, unit = match.groups()
+        if unit == "%":
+            continue
+        digits = (whole + (fraction or "")).replace(",", "").replace(".", "").lstrip("0")
+        if len(digits) < 3 and not (fraction or exponent or unit):
+            continue
+        power = int((exponent or "e0")[1:]) - (len(fraction) - 1 if fraction else 0)
+        value = float(whole.replace(",", "") + (fraction or "") + (exponent or ""))
+        half_unit = 0.5 * float(f"1e{power}")  # inf or 0 beyond float's range: no match
+        value, half_unit = value * UNITS.get(unit, 1), half_unit * UNITS.get(unit, 1)
+        if not math.isfinite(value * half_unit):  # an id such as 653e845, not a quantity
+            continue
+        found.append((value, half_unit, match.group(0)))
+    return found
+
+
+def shows(text: str, answer: float) -> list[str]:
+    """The numbers of ``text`` that are ``answer`` as a cell prints it: rounded to the last
+    digit it shows (206.1 for 206.125, 5.26e+04 or 51.4 KiB for 52,608)."""
+    return [printed for value, half_unit, printed in printed_numbers(text)
+            if abs(value - answer) <= half_unit * (1 + 1e-9)]
+
+
+def shown_text(nb: nbformat.NotebookNode, skip: set[int]) -> str:
+    """Everything the run shows: each cell's outputs (but the cells of ``skip``) and the state
+    of its widgets (what an explorer displays)."""
+    import json
+
+    parts = [json.dumps(nb.metadata.get("widgets", {}))]
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if index not in skip else []:
+            parts += [output.get("text", ""), output.get("evalue", ""),
+                      *output.get("traceback", []),
+                      *(str(v) for k, v in output.get("data", {}).items() if k.startswith("text/"))]
+    return "\n".join(parts)
+
+
+@pytest.mark.slow
+@by_name
+def test_no_output_shows_a_student_their_own_graded_answer(lesson, shared_tmp) -> None:
+    """The lecture run (tests/lecture_run.py) is a student's with an id, whose variant is not
+    the default: the variant cell shows their numbers, and nothing the lesson prints, top to
+    bottom, but the prediction's own cells (where their number goes in) holds the answer for
+    their numbers, or for any other student's, in any form a number may be printed. The cells
+    after a prediction measure the course's default; no student with an id draws it."""
+    from grader.content.variants import variants_of
+    from grader.grading.plans import variant_answer
+    from tests.lecture_run import LECTURE_STUDENT, lecture_variant
+
+    nb, _, _ = lecture_run(lesson, shared_tmp)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
+    for name, spec in variants_of(lesson).items():
+        index = lecture_variant(lesson)[name]
+        [shown] = nb.cells[ids.index(f"variant-{name}")].outputs
+        assert f"drawn for {LECTURE_STUDENT}): {spec.said(index)}" in shown.data["text/plain"]
+        text = shown_text(nb, {ids.index(name), ids.index(f"test-{name}")})
+        for other in range(1, len(spec.choices)):
+            answer = float(variant_answer(lesson, name, other))
+            assert shows(text, answer) == [], (name, other, answer)
+
+
+def test_printed_numbers_reads_each_form_a_cell_may_print() -> None:
+    """The forms the test above looks for: 52,608 bytes printed every way a lesson prints a
+    number, each read back as that number to the digits it shows; a number one digit off, or a
+    close one printed to more digits, is another; the lesson's small numbers are left out."""
+    text = ("52,608 | 52608 | 52608.0 | 5.26e+04 | 5.261e4 | 51.4 KiB | 51.38 KiB | 0.0526 MB "
+            "| 52.6 kB | 5.26e+04% | 8 | 16 bits | 4.0 | 52,609 | 5.27e+04 | 51.3 KiB")
+    assert shows(text, 52_608) == ["52,608", "52608", "52608.0", "5.26e+04", "5.261e4",
+                                   "51.4 KiB", "51.38 KiB", "0.0526 MB", "52.6 kB"]
+    assert shows("8,409,088 bytes, 206.1 tokens, 378.0", 8_388_608) == []
+    assert shows("8,409,088 bytes, 206.1 tokens, 378.0", 206.125) == ["206.1"]
+    assert [printed for _, _, printed in printed_numbers(text)][-4] == "4.0"

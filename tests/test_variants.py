@@ -19,19 +19,53 @@ IDS = st.text(min_size=1, max_size=40)
 
 @given(key=st.binary(min_size=KEY_BYTES, max_size=KEY_BYTES), student=IDS,
        count=st.integers(1, 12))
-def test_a_student_always_draws_the_same_variant_and_one_that_exists(key, student, count) -> None:
+def test_a_student_always_draws_the_same_variant_one_that_exists_and_never_the_default(
+        key, student, count) -> None:
+    """The default (0) is what the cells after a prediction measure: no student with an id
+    answers it, unless it is the only variant."""
     got = draw(key, "05_adamw_memory", "predicted_mlp_training_bytes", student, count)
-    assert 0 <= got < count
+    assert (1 <= got < count) if count > 1 else got == 0
     assert got == draw(key, "05_adamw_memory", "predicted_mlp_training_bytes", student, count)
 
 
-def test_a_class_spreads_over_the_variants_and_each_exercise_draws_apart() -> None:
+def test_a_class_spreads_over_the_other_variants_and_each_exercise_draws_apart() -> None:
     students = [f"s{i:03d}" for i in range(400)]
-    spread = Counter(draw(KEY, "01_float_formats", "predicted_bf16_stall", s, 4) for s in students)
-    assert set(spread) == {0, 1, 2, 3} and min(spread.values()) >= 70  # about 100 each
-    same = sum(draw(KEY, "01_float_formats", "a", s, 4) == draw(KEY, "01_float_formats", "b", s, 4)
+    spread = Counter(draw(KEY, "01_float_formats", "predicted_bf16_stall", s, 5) for s in students)
+    assert set(spread) == {1, 2, 3, 4} and min(spread.values()) >= 70  # about 100 each
+    same = sum(draw(KEY, "01_float_formats", "a", s, 5) == draw(KEY, "01_float_formats", "b", s, 5)
                for s in students)
     assert 60 <= same <= 140  # independent draws agree one time in four
+
+
+def test_every_graded_prediction_has_its_default_and_four_others_and_codes_never_the_default(
+        ) -> None:
+    """design42: a class spreads over at least 4 variants besides the default, and a code, which
+    carries a student's draws to a lab of their own, never holds the default's digit."""
+    from grader.content.lessons import all_lessons
+    from grader.content.variants import (
+        LEAST_OTHER_CHOICES,
+        Variants,
+        code_variants,
+        lesson_draw,
+        student_code,
+        variants_of,
+    )
+
+    assert LEAST_OTHER_CHOICES == 4
+    for lesson in all_lessons():
+        for name, spec in variants_of(lesson).items():
+            assert len(spec.choices) >= 5, (lesson.name, name)
+            drawn = {lesson_draw(KEY, lesson, f"s{i:02d}").variants[name] for i in range(60)}
+            assert drawn == set(range(1, len(spec.choices))), (lesson.name, name)
+    with pytest.raises(ValueError, match="at least 4 other choices"):
+        Variants(("x",), ((1,), (2,), (3,), (4,)), "{x}")
+    code = student_code(KEY, "s001")
+    fingerprint_, digits = code.split("-")
+    assert "0" not in digits
+    drawn = json.loads(code_variants(code, "s001"))["draws"]
+    assert all(index >= 1 for index in drawn.values())
+    with pytest.raises(CourseError, match="not a code of this course"):
+        code_variants(f"{fingerprint_}-{'0' * len(digits)}", "s001")
 
 
 def test_without_the_key_the_draw_cannot_be_told() -> None:
@@ -182,7 +216,7 @@ def test_each_student_is_graded_on_their_own_numbers_and_a_copy_earns_nothing(
     with (course / "reports" / LESSON / "variants.csv").open() as handle:
         by_variant = {int(r["variant"]): (int(r["passed"]), int(r["graded"]))
                       for r in csv.DictReader(handle)}
-    assert by_variant == {0: (0, 0), 1: (1, 1), 2: (0, 1), 3: (0, 0)}
+    assert by_variant == {0: (0, 0), 1: (1, 1), 2: (0, 1), 3: (0, 0), 4: (0, 0)}
     assert "not counted: 2 worked on other numbers than their own" in said
     shown = grader("review", LESSON, copier, "--course-dir", course).stdout
     assert f"the answer for your numbers ({variants_of_lesson(lesson).said(3)})" in shown

@@ -87,5 +87,13 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     assert shown(page, "cache")[0] == repr(fp8["cache"])
     assert page.locator(".ctc-serving [data-fits]").get_attribute("data-fits") == "true"
     assert float(shown(page, "tokens_per_second")[0]) == fp8["tokens_per_second"]
+    # The batch slider's readout shows its choice and takes no typing (it ignored what was
+    # typed); the lines and "fits" take the theme's colours (the dark theme's too).
+    readout = page.locator(".ctc-batch.ctc-choice-slider .widget-readout")
+    assert readout.inner_text() == "32"
+    assert readout.evaluate("e => [getComputedStyle(e).pointerEvents, "
+                            "getComputedStyle(e).webkitUserModify]") == ["none", "read-only"]
+    assert "--jp-success-color1" in page.locator(".ctc-serving [data-fits]").get_attribute(
+        "style")
     whole = page.locator(".jp-OutputArea-output").filter(has=page.locator(".ctc-serving"))
     whole.screenshot(path=str(SCREENSHOTS / "widget-08-serving.png"))

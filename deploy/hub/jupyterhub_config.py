@@ -94,6 +94,8 @@ c.Spawner.environment = {
     "JUPYTER_CONFIG_PATH": config_folder,
     "CTC_EXCHANGE": EXCHANGE,  # read by the role folders' nbgrader_config.py
     "CTC_VARIANTS": student_variants,  # read by each lesson's variant cell
+    # Run by each kernel at its start and restart: one-line messages (a cell run after a restart)
+    "PYTHONSTARTUP": str(HERE.parents[1] / "grader" / "lab" / "kernel_startup.py"),
     # The course's Python first, for the terminal and for nbgrader's Validate.
     "PATH": f"{VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin",
 }

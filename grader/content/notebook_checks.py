@@ -6,7 +6,10 @@
 # `check_prediction("my_guess", sealed)` says how close your prediction is, without showing the
 # answer in the cell (it is sealed: packed, not written out); a graded prediction's check says
 # only that your number is in: it is graded against your own numbers (`your_variant`), once
-# handed in. `compare_prediction("my_guess", measured)` sets it beside a measurement.
+# handed in. `compare_prediction("my_guess", measured)` sets it beside a measurement. Run first,
+# this cell says whose numbers the notebook uses, and makes a cell run too early, an exercise
+# not done yet or the stop button say so in one line (the lab's kernels do that from their start,
+# so that a cell run after a restart says so too).
 import base64 as _base64
 import json as _json
 import math as _math
@@ -15,8 +18,13 @@ import re as _re
 import sys as _sys
 import zlib as _zlib
 
-import torch as _torch
 from IPython import get_ipython as _get_ipython
+
+# How a student sets their id: one instruction, word for word the same in the README, the
+# student's guide, the top of each lesson (this cell), `make lab` and the hub's guide.
+SET_YOUR_ID = ("To use your own numbers, start the lab with your student id and the code your "
+               "instructor gives you: make lab STUDENT=your-id CODE=your-code (on your course's "
+               "JupyterHub they are set for you).")
 
 # The parts of a tuple an exercise returns, so that a message can name the one that differs.
 _FIELDS = {
@@ -28,6 +36,8 @@ _FIELDS = {
     "loss_scale_update": ("scale", "growth_tracker"),
     "ring_all_reduce": ("results", "bytes_sent"),
 }
+# Exercises that return a bit pattern: a message writes it in hex, as the lessons do (0x3F80).
+_BIT_PATTERNS = {"encode"}
 
 
 class CheckFailed(AssertionError):
@@ -37,20 +47,29 @@ class CheckFailed(AssertionError):
         return [f"\x1b[0;31mCheckFailed\x1b[0m: {self}"]
 
 
-def check(expression: str, expected: object, *, rel_tol: float = 0.0, abs_tol: float = 0.0):
-    """Evaluate ``expression`` in the notebook's namespace and compare it with ``expected``."""
+def check(expression: str, expected: object, *, rel_tol: float = 0.0, abs_tol: float = 0.0,
+          tried: str = ""):
+    """Evaluate ``expression`` in the notebook's namespace and compare it with ``expected``.
+    ``tried`` says in words what the expression tries, for a message where its code would say
+    less (a call wrapped in a lambda to set a gradient first)."""
     namespace = _sys._getframe(1).f_globals
+    said = tried or expression
     try:
         got = eval(expression, namespace)
     except NotImplementedError:
-        raise CheckFailed(f"{expression}: not implemented yet") from None
+        raise CheckFailed(f"{said}: not implemented yet") from None
     except NameError as error:
-        raise CheckFailed(_undefined(expression, error)) from None
+        raise CheckFailed(_undefined(expression, error) if not tried else
+                          f"{said} raised {_raised(error)}") from None
     except Exception as error:
-        raise CheckFailed(f"{expression} raised {_raised(error)}") from None
+        raise CheckFailed(f"{said} raised {_raised(error)}") from None
     problem = _difference(got, expected, rel_tol, abs_tol)
+    called = _re.match(r"\s*(\w+)\(", expression)
+    if problem is not None and called and called.group(1) in _BIT_PATTERNS \
+            and type(got) is int and type(expected) is int:
+        problem = f"expected {expected:#X} ({expected}), got {got:#X} ({got})".replace("0X", "0x")
     if problem is not None:
-        raise CheckFailed(f"{expression}: {_name_items(expression, problem)}")
+        raise CheckFailed(f"{said}: {_name_items(expression, problem)}")
 
 
 def check_raises(expression: str, error: type[Exception]):
@@ -128,8 +147,7 @@ def your_variant(exercise: str, names: tuple, choices: list, words: str):
         line = f"Your numbers: {text}"
         if not _said_default:
             line += ("\n(No student id is set, so these are the course's default numbers, "
-                     "which the text above describes: fine for self-study. In a class, the hub "
-                     "sets your id; on your own machine, start the lab with --student YOUR_ID)")
+                     f"which the text above describes: fine for self-study. {SET_YOUR_ID})")
             _said_default = True
     from IPython.display import publish_display_data
 
@@ -255,40 +273,50 @@ def _where(frames) -> str:
     return f" (line {frames[-1][1]} of this cell)" if frames else ""
 
 
-def _one_line_errors(shell, etype, value, tb, tb_offset=None):
-    """IPython's handler for three errors a student meets while working through a lesson,
-    each shown as one line where the usual traceback says nothing more:
+_RUN_ABOVE = "Run the cells above first (Run > Run All Above Selected Cell)"
+
+
+def _one_line(shell, etype, value, tb) -> list[str] | None:
+    """One line for three errors a student meets while working through a lesson, where the
+    usual traceback says nothing more (None for any other error, which keeps it):
     - NotImplementedError from a function of this notebook: name the exercise to finish;
-    - NameError raised by the cell itself: a cell run before the cells above it (running
-      ahead): name what is missing and what to run;
-    - KeyboardInterrupt (the stop button): say where the cell was stopped.
-    Any other error, or one of these raised elsewhere, keeps the usual traceback. IPython
-    ignores what the handler returns, so it shows the lines itself."""
+    - NameError of a name the notebook's code reads: in a kernel that has not run the cells
+      above (it restarted, or has just started), say so; in the cell's own code, a cell run
+      before the ones above it (running ahead); in a function, say where, and what to run or
+      check;
+    - KeyboardInterrupt (the stop button): say where the cell was stopped."""
     frames = _own_frames(shell, tb)
     innermost = frames[-1][0] if frames else None
-    in_the_cell = innermost is not None and innermost.f_code.co_name == "<module>" and (
-        tb is not None and _innermost(tb) is innermost)
-    lines = None
+    raised_here = innermost is not None and tb is not None and _innermost(tb) is innermost
+    # The cell's own code: its module, and the generator expressions, comprehensions and
+    # lambdas in it (their frames have the cell's file and a name in <...>).
+    in_the_cell = raised_here and innermost.f_code.co_filename == frames[0][0].f_code.co_filename \
+        and innermost.f_code.co_name.startswith("<")
     if issubclass(etype, NotImplementedError) and not str(value):
-        functions = [f for f, _ in frames if f.f_code.co_name != "<module>"]
+        functions = [f for f, _ in frames if not f.f_code.co_name.startswith("<")]
         if functions:
             owner = functions[-1].f_locals.get("self")  # a method: name its class too
             name = functions[-1].f_code.co_name
             name = f"{type(owner).__name__}.{name}" if owner is not None else name
-            lines = [f"\x1b[0;31mNotImplementedError\x1b[0m: `{name}` is an exercise not done "
-                     "yet: finish it above (its checks pass), then run this cell again"]
-        elif in_the_cell:  # the cell itself: a prediction or an answer to write in
-            lines = ["\x1b[0;31mNotImplementedError\x1b[0m: this cell is yours to fill in: "
-                     "replace `raise NotImplementedError()` with your answer, then run it again"]
-    elif issubclass(etype, NameError) and in_the_cell and getattr(value, "name", None):
-        lines = [f"\x1b[0;31mNameError\x1b[0m: `{value.name}` is not defined yet: it comes "
-                 "from a cell above this one. Run the cells above first (Run > Run All Above "
-                 "Selected Cell), then this one"]
+            return [f"\x1b[0;31mNotImplementedError\x1b[0m: `{name}` is an exercise not done "
+                    "yet: finish it above (its checks pass), then run this cell again"]
+        if in_the_cell:  # the cell itself: a prediction or an answer to write in
+            return ["\x1b[0;31mNotImplementedError\x1b[0m: this cell is yours to fill in: "
+                    "replace `raise NotImplementedError()` with your answer, then run it again"]
+    elif issubclass(etype, NameError) and not issubclass(etype, UnboundLocalError) \
+            and raised_here and getattr(value, "name", None):
+        name = f"\x1b[0;31mNameError\x1b[0m: `{value.name}` is not defined"
+        if "CheckFailed" not in shell.user_ns:  # the checks cell, near the top, has not run
+            return [f"{name}: the kernel restarted (or has just started), so the cells above "
+                    f"have not run in it. {_RUN_ABOVE}, then this one"]
+        if in_the_cell:
+            return [f"{name} yet: it comes from a cell above this one. {_RUN_ABOVE}, then "
+                    "this one"]
+        return [f"{name}{_where(frames)}: if a cell above defines it, run them first (Run > "
+                "Run All Above Selected Cell); if not, check its spelling"]
     elif issubclass(etype, KeyboardInterrupt):
-        lines = [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted{_where(frames)}"]
-    if lines is None:
-        lines = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset)
-    shell._showtraceback(etype, value, lines)
+        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted{_where(frames)}"]
+    return None
 
 
 def _innermost(tb):
@@ -297,9 +325,48 @@ def _innermost(tb):
     return tb.tb_frame
 
 
-if _get_ipython() is not None:  # in a notebook, not imported as a module
-    _get_ipython().set_custom_exc((NotImplementedError, NameError, KeyboardInterrupt),
-                                  _one_line_errors)
+def _install_one_line_errors(shell) -> None:
+    """Show the errors of ``_one_line`` in one line wherever IPython shows a traceback: a
+    cell's, and a widget's callback or output (ipywidgets calls ``showtraceback`` too). Run
+    again, it replaces its own wrapper, never wraps it twice."""
+    plain = getattr(shell.showtraceback, "_plain", shell.showtraceback)
+
+    def showtraceback(exc_tuple=None, filename=None, tb_offset=None, exception_only=False,
+                      running_compiled_code=False):
+        lines = None
+        try:
+            etype, value, tb = shell._get_exc_info(exc_tuple)
+            if not exception_only:
+                lines = _one_line(shell, etype, value, tb)
+        except Exception:  # never lose the error itself: IPython shows it as usual
+            lines = None
+        if lines is None:
+            return plain(exc_tuple, filename, tb_offset, exception_only, running_compiled_code)
+        shell._showtraceback(etype, value, lines)
+        return None
+
+    showtraceback._plain = plain
+    shell.showtraceback = showtraceback
+
+
+def whose_numbers() -> str:
+    """Whose numbers the notebook uses, with the one instruction for setting one's id when none
+    is set: the first thing the checks cell says."""
+    try:
+        student = _json.loads(_os.environ.get("CTC_VARIANTS") or "{}").get("student")
+    except (ValueError, AttributeError):
+        student = None
+    if type(student) is str:
+        return (f"This notebook uses the numbers drawn for {student}: your graded prediction "
+                "asks about them.")
+    return ("No student id is set: this notebook uses the course's default numbers, fine for "
+            f"working on your own. {SET_YOUR_ID}")
+
+
+if _get_ipython() is not None:  # in a kernel: this notebook's checks cell, or the lab's start
+    _install_one_line_errors(_get_ipython())
+    if __name__ == "__main__":  # the checks cell (the lab's start imports this file instead)
+        print(whose_numbers())
 
 
 def _type_name(value: object) -> str:
@@ -317,6 +384,8 @@ def _same_float(got: float, expected: float, rel_tol: float, abs_tol: float) -> 
 
 def _difference(got: object, expected: object, rel_tol: float, abs_tol: float) -> str | None:
     """None when ``got`` matches ``expected``, else what differs, in a few words."""
+    import torch as _torch  # here: the lab's kernels load this file at their start, unhurried
+
     # Exact type first: a subclass could redefine ==, so only the plain built-in types pass.
     if type(expected) is _torch.Tensor:
         return _tensor_difference(got, expected, rel_tol, abs_tol)
@@ -350,6 +419,8 @@ def _difference(got: object, expected: object, rel_tol: float, abs_tol: float) -
 
 
 def _tensor_difference(got: object, expected, rel_tol: float, abs_tol: float) -> str | None:
+    import torch as _torch
+
     if type(got) is not _torch.Tensor:
         return f"expected a torch.Tensor, got {_type_name(got)}"
     if got.dtype != expected.dtype:

@@ -242,17 +242,34 @@ VARIED_NOTE = ("# Graded outside the notebook: the grader compares your number w
                "for your own numbers.")
 
 
+DEFAULT_PREFIX = "default_"  # the course's default numbers, which the measurement cells use
+
+
+def default_names(spec: Variants) -> list[str]:
+    """The names a variant cell binds to the course's default (the first choice): what the
+    cells after a graded prediction measure, so that none of them shows a student's own
+    answer."""
+    return [DEFAULT_PREFIX + name for name in spec.names]
+
+
 def variant_cell_source(lesson: Lesson, exercise: str, spec: Variants) -> str:
-    """The locked cell that binds a graded prediction's names to the student's own choice."""
+    """The locked cell that binds a graded prediction's names to the student's own choice, and
+    ``default_<name>`` to the course's default, which the cells after the prediction measure."""
     rows = "".join(f"        {render_literal(tuple(choice))},\n" for choice in spec.choices)
     pieces = textwrap.wrap(spec.words, 84, drop_whitespace=False, break_long_words=False)
-    return (f"# Your own numbers for the prediction below: each student draws theirs (one of "
-            f"these {len(spec.choices)}).\n"
+    defaults = "".join(f"{name} = {render_literal(value)}\n"
+                       for name, value in zip(default_names(spec), spec.choices[0], strict=True))
+    return (f"# Your own numbers for the prediction below: each student with an id draws one of "
+            f"the last {len(spec.choices) - 1}.\n"
+            "# The first is the course's default: the text works it through, and the cells "
+            "after the\n# prediction measure it (the default_ names below), never yours: "
+            "your answer is graded\n# when you hand in, and your feedback shows it.\n"
             f"{', '.join(spec.names)} = your_variant(\n"
             f"    {f'{lesson.name}/{exercise}'!r},\n"
             f"    {spec.names!r},\n"
             f"    [\n{rows}    ],\n"
-            + "".join(f"    {piece!r}\n" for piece in pieces[:-1]) + f"    {pieces[-1]!r})")
+            + "".join(f"    {piece!r}\n" for piece in pieces[:-1]) + f"    {pieces[-1]!r})\n"
+            + defaults.rstrip("\n"))
 
 
 # ------------------------------------------------------------------ whole notebooks

@@ -14,7 +14,10 @@ drawing a student's own hidden-check inputs.
 
 What varies is the lesson's to say, in its cases module (grader/content/cases/):
 ``VARIANTS[exercise]`` (a ``Variants``) lists the numbers a graded prediction may ask about, the
-first being the one the notebook's prose and a student without an id answer; ``DRAWN[exercise]``
+first being the one the notebook's prose and a student without an id answer. A student graded
+under a course key never draws that first one: the cells after a prediction measure the
+default's numbers (never the student's own, whose answer they would print), so every student
+with an id answers numbers no cell of the notebook works out for them. ``DRAWN[exercise]``
 is a function of a ``random.Random`` that returns hidden cases with inputs of the student's own.
 A student's ``Draw`` for a lesson says which variant of each prediction they answer and seeds
 their drawn cases. The lab and the grading kernel learn the variants (never the key or the
@@ -66,11 +69,15 @@ def _number(key: bytes, lesson: str, exercise: str, student_id: str) -> int:
 
 
 def draw(key: bytes, lesson: str, exercise: str, student_id: str, count: int) -> int:
-    """The variant (0 to ``count`` - 1) of ``exercise`` that ``student_id`` answers. With 256
-    bits drawn, reducing modulo a small count leaves no bias worth a thought (under 2**-240)."""
+    """The variant of ``exercise`` that ``student_id`` answers: 1 to ``count`` - 1, never the
+    default (0), whose answer the notebook's measurement shows (0 only when it is the one
+    variant). With 256 bits drawn, reducing modulo a small count leaves no bias worth a thought
+    (under 2**-240)."""
     if count < 1:
         raise ValueError(f"an exercise has at least one variant, got {count}")
-    return _number(key, lesson, exercise, student_id) % count
+    if count == 1:
+        return 0
+    return 1 + _number(key, lesson, exercise, student_id) % (count - 1)
 
 
 def seed(key: bytes, lesson: str, exercise: str, student_id: str) -> int:
@@ -78,11 +85,16 @@ def seed(key: bytes, lesson: str, exercise: str, student_id: str) -> int:
     return _number(key, lesson, f"{exercise}#seed", student_id) >> 192
 
 
+# A graded prediction's choices besides the default: enough that a class spreads over them.
+LEAST_OTHER_CHOICES = 4
+
+
 @dataclass(frozen=True)
 class Variants:
     """The numbers a graded prediction may ask about: ``names`` bound, in each of ``choices``,
-    to a tuple of values (the first choice is the default), and ``words``, a format string that
-    says a choice in plain words (``"Linear({widths[0]}, {widths[1]})"``)."""
+    to a tuple of values (the first choice is the default, which no student with an id draws;
+    at least ``LEAST_OTHER_CHOICES`` others), and ``words``, a format string that says a choice
+    in plain words (``"Linear({widths[0]}, {widths[1]})"``)."""
 
     names: tuple[str, ...]
     choices: tuple[tuple, ...]
@@ -91,6 +103,10 @@ class Variants:
     def __post_init__(self) -> None:
         if not self.choices or any(len(c) != len(self.names) for c in self.choices):
             raise ValueError(f"each choice binds every one of {self.names}")
+        if len(self.choices) < 1 + LEAST_OTHER_CHOICES:
+            raise ValueError(f"a graded prediction has its default and at least "
+                             f"{LEAST_OTHER_CHOICES} other choices, got {len(self.choices)} "
+                             "in all")
         self.words.format(**self.bound(0))  # a name the words use and no choice binds: now
 
     def bound(self, index: int) -> dict[str, object]:
@@ -192,7 +208,7 @@ def code_variants(code: str, student: str) -> str:
     varying = _varying()
     found = CODE.fullmatch(code.strip().lower())
     if found is None or len(found.group(2)) != len(varying) or any(
-            DIGITS.index(d) >= len(spec.choices)
+            not 1 <= DIGITS.index(d) < len(spec.choices)  # never the default: see draw
             for d, (_, _, spec) in zip(found.group(2), varying, strict=True)):
         raise CourseError(f"{code!r} is not a code of this course's version (it has "
                           f"{len(varying)} numbers to draw): copy it again from your "

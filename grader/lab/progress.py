@@ -3,7 +3,9 @@
 Each lesson of the workspace runs as Validate runs it (grader/lab/validate.py: nbgrader's
 validator in a process of its own, the demos shrunk), two lessons at a time on a machine with
 two cores or more, and each exercise is listed: passes, fails (with the one line that says
-why), to do, or, for a graded prediction, in. A lesson's lines are
+why), to do, or, for a graded prediction, in (graded when handed in: its point is in no
+total), and a lesson whose saved numbers are not the student's says what to re-run. A lesson's
+lines are
 printed as soon as it and the lessons before it are done. The student's files are read, never
 written.
 """
@@ -28,11 +30,12 @@ LESSON_LIMIT_SECONDS = 10 * 60
 
 
 def execute(nb: nbformat.NotebookNode, folder: Path, mode: str | None, timeout: int,
-            **options) -> None:
+            env: dict[str, str] | None = None, **options) -> None:
     """Run ``nb`` top to bottom in a fresh kernel working in ``folder``, its outputs kept in
     ``nb``. NBGRADER_EXECUTION is ``mode`` meanwhile, as nbgrader sets it ("validate",
-    "autograde": the lessons' demos then do less work), or unset for None. ``options`` go to
-    nbclient's ``NotebookClient``."""
+    "autograde": the lessons' demos then do less work), or unset for None; ``env`` is added to
+    the kernel's environment (a student's ``CTC_VARIANTS``). ``options`` go to nbclient's
+    ``NotebookClient``."""
     previous = os.environ.pop("NBGRADER_EXECUTION", None)
     if mode is not None:
         os.environ["NBGRADER_EXECUTION"] = mode
@@ -44,7 +47,7 @@ def execute(nb: nbformat.NotebookNode, folder: Path, mode: str | None, timeout: 
             # other local user can connect, and ipykernel has no "unencrypted TCP" to warn of.
             client.km = client.create_kernel_manager()
             client.km.transport, client.km.ip = "ipc", os.path.join(sockets, "kernel")
-            client.execute()
+            client.execute(**({"env": {**os.environ, **env}} if env else {}))
     finally:
         os.environ.pop("NBGRADER_EXECUTION", None)
         if previous is not None:
@@ -76,6 +79,8 @@ def report(reply: dict) -> list[str]:
     answer = reply["value"]
     lines = [answer["headline"].split(" Hand in ")[0]
              + (f" {answer['numbers']}" if answer.get("numbers") else "")]
+    if answer.get("saved_numbers"):
+        lines.append(answer["saved_numbers"])
     if answer["changed"]:
         lines.append("locked cells you changed (grading uses the course's): "
                      + "; ".join(answer["changed"]))

@@ -27,8 +27,10 @@ from pathlib import Path
 from grader.common.errors import CourseError
 from grader.common.text import valid_student_id
 from grader.content.lessons import REPO, Lesson, all_lessons
+from grader.content.notebook_checks import SET_YOUR_ID
 from grader.content.variants import ENV, code_variants, kernel_variants, lab_variants
 from grader.course import Course
+from grader.lab.numbers import saved_numbers_problem
 
 DEFAULT_WORKSPACE = REPO / "workspace"
 START_TIMEOUT_SECONDS = 90
@@ -50,6 +52,8 @@ SERVER_EXTENSIONS = {"nbgrader.server_extensions.formgrader": False,
                      "nbgrader.server_extensions.validate_assignment": False,
                      "grader.lab.validate": True}
 BUTTON_SOURCES = ["index.js", "style/index.css", "package.json", "package-lock.json"]
+# Run by the lab's kernels before any cell: the notebooks' one-line messages survive a restart.
+KERNEL_STARTUP = Path(__file__).resolve().parent / "kernel_startup.py"
 
 
 def button_sources() -> str:
@@ -65,10 +69,26 @@ def button_sources() -> str:
 
 STUDENT_FILE = ".student"  # in the workspace: the id the student's numbers are drawn for
 VERSIONS = ".course-versions.json"  # in the workspace: which release each copy was made from
+AS_COPIED = "#as-copied"  # a VERSIONS key's suffix: the digest of the copy the lab wrote
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def student_copy(file: Path) -> bytes:
+    """The bytes of the student's copy of a released file: a notebook's ``language_info`` set
+    to what this lab's kernels report (ipykernel's, for this Python), or JupyterLab sets it when
+    the kernel starts and shows the notebook as changed, unsaved, before the student did
+    anything; any other file as it is."""
+    if file.suffix != ".ipynb":
+        return file.read_bytes()
+    import nbformat
+    from ipykernel.ipkernel import IPythonKernel
+
+    nb = nbformat.reads(file.read_text(), as_version=4)
+    nb.metadata["language_info"] = dict(IPythonKernel.language_info)
+    return (nbformat.writes(nb) + "\n").encode()
 
 
 def prepare_workspace(course: Course, workspace: Path, lessons: list[Lesson]) -> None:
@@ -93,20 +113,23 @@ def prepare_workspace(course: Course, workspace: Path, lessons: list[Lesson]) ->
                 continue
             name = str(file.relative_to(source.parent))
             target = workspace / name
-            digest = _digest(file)
+            digest, copy = _digest(file), student_copy(file)
+            copied = f"{name}{AS_COPIED}"  # the digest of the copy as written, beside the release's
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(file, target)
+                target.write_bytes(copy)
                 course.log(f"new: {name}")
             elif record.get(name, digest) != digest:  # the course changed it since the copy
-                if _digest(target) == record[name]:  # the student did not: take the new one
-                    shutil.copyfile(file, target)
+                if _digest(target) in (record[name], record.get(copied)):  # the student did not:
+                    target.write_bytes(copy)  # take the new one
                     course.log(f"updated: {name}")
-                elif target.read_bytes() != file.read_bytes():
+                elif target.read_bytes() not in (file.read_bytes(), copy):
                     course.log(f"kept your {name}; the course has a newer version of it "
                                f"(`python -m grader lab --reset {lesson.name}` takes it, and "
                                "keeps yours beside it)")
                     continue
+            if _digest(target) == hashlib.sha256(copy).hexdigest():
+                record[copied] = _digest(target)
             record[name] = digest
     record_path.write_text(json.dumps(record, indent=1, sort_keys=True))
 
@@ -146,6 +169,7 @@ def lab_environment(course: Course) -> dict[str, str]:
     env = dict(os.environ)
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
         p for p in (str(config), env.get("JUPYTER_CONFIG_PATH", "")) if p)
+    env["PYTHONSTARTUP"] = str(KERNEL_STARTUP)  # every kernel, at its start and each restart
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     return env
 
@@ -270,6 +294,10 @@ def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int =
                   f"machine's course key ({given['course']}): your class's numbers only where "
                   "this is your course's machine. On a machine of your own, use the code your "
                   "instructor gives you (--code CODE); without one, these are for self-study.")
+    else:
+        print(f"No student id is set: the lessons use the course's default numbers. {SET_YOUR_ID}")
+    for line in saved_numbers_lines(workspace, lessons, env.get(ENV)):
+        print(line)
     if smoke:
         return smoke_test(workspace, lessons, port, env)
     print(f"opening JupyterLab in {workspace} (Ctrl-C twice to stop)")
@@ -277,6 +305,23 @@ def lab(course: Course, workspace: Path | None, smoke: bool = False, port: int =
                           *([f"--port={port}"] if port else []))
     os.execve(sys.executable, command, env)
     return 0  # not reached
+
+
+def saved_numbers_lines(workspace: Path, lessons: list[Lesson], variants: str | None) -> list[str]:
+    """A line for each of the student's copies whose saved numbers are not the ones this lab
+    gives them (``variants``, its ``CTC_VARIANTS``), saying what to re-run."""
+    import nbformat
+
+    lines = []
+    for lesson in lessons:
+        mine = workspace / lesson.name / lesson.notebook.name
+        try:
+            problem = saved_numbers_problem(nbformat.read(mine, as_version=4), variants)
+        except Exception:  # not started, or not a notebook: Validate says what is wrong
+            continue
+        if problem:
+            lines.append(f"{lesson.name}: {problem}")
+    return lines
 
 
 def _workspace_options(course: Course, name: str) -> list[str]:

@@ -8,7 +8,9 @@ failed". So the course answers Validate itself, in two parts:
 - this server extension runs the notebook with nbgrader's ``Validator`` and reads each
   exercise's test cell: passes, fails (one line saying why), to do, or, for a graded
   prediction, in (a number is there; grading compares it with the answer for the student's own
-  numbers, which the lab never holds). It answers at
+  numbers, which the lab never holds, so its point is counted apart, never as passing). It
+  also reads the notebook as saved: a record of other numbers than the student's (worked
+  without an id, or for another) is said first (grader/lab/numbers.py). It answers at
   ``/counting-the-cost/validate`` in the course's own form (``summary``), and at nbgrader's
   ``/assignments/validate`` in nbgrader's, shaped for the branches of nbgrader's dialog that
   work, for a front end without the course's button;
@@ -18,7 +20,8 @@ failed". So the course answers Validate itself, in two parts:
   turn nbgrader's own Validate button off and this one on (grader/lab/server.py, deploy/hub/).
 
 Counts never promise more than grading gives: an exercise counts as passing only when its
-visible checks pass and nothing marks it as earning no point.
+visible checks pass and nothing marks it as earning no point, and a graded prediction's point,
+which only grading can judge, is never in a total.
 """
 
 from __future__ import annotations
@@ -26,13 +29,20 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import nbformat
 from nbformat import NotebookNode
 
-HIDDEN_NOTE = ("Hidden checks also run when your work is graded: they try more inputs, bad "
-               "input included. Passing the visible checks is needed, not enough.")
+from grader.lab.numbers import saved_numbers_problem
+
+HIDDEN_NOTE = ("Hidden checks also run when your work is graded: they try more inputs of your "
+               "own. Passing the visible checks is needed, not enough.")
+IN_NOTE = "your number is in: it is graded when you hand in"
+# A graded prediction's test cell: its check holds no answer (grader/content/notebook_checks.py).
+GRADED_PREDICTION = re.compile(r"check_prediction\([^)]*graded\s*=\s*True")
 # The output metadata key that grader/content/notebook_checks.py marks verdicts with.
 MARK = "counting_the_cost"
 LONGEST_MESSAGE = 300
@@ -44,12 +54,19 @@ class Exercise:
 
     name: str
     points: float
-    status: str  # "passes", "fails" or "to do"
+    status: str  # "passes", "fails", "to do", or "in" (a graded prediction with a number in)
     message: str = ""
+    prediction: bool = False  # a graded prediction: only grading knows its answer
 
     @property
     def counts(self) -> bool:
-        return self.status == "passes"
+        """Whether its points are sure, as far as the visible checks can tell."""
+        return self.status == "passes" and not self.prediction
+
+    @property
+    def done(self) -> bool:
+        """Passes, or (a graded prediction) is in: nothing left to do before the hand-in."""
+        return self.status in ("passes", "in")
 
     def line(self) -> str:
         """``fails   decode (2 points): ...``: one line for a terminal or the dialog."""
@@ -70,25 +87,28 @@ def _verdict(cell: NotebookNode) -> Exercise | None:
     if not (meta.get("grade") and str(meta.get("grade_id", "")).startswith("test-")):
         return None
     name, points = meta["grade_id"].removeprefix("test-"), float(meta.get("points", 0) or 0)
+    prediction = GRADED_PREDICTION.search(str(cell.get("source", ""))) is not None
     outputs = cell.get("outputs", [])
     for output in outputs:
         if output.get("output_type") == "error":
             ename, evalue = output.get("ename", ""), output.get("evalue", "")
             if ename == "NotImplementedError" or "not implemented yet" in evalue \
                     or ": not done yet" in evalue:
-                return Exercise(name, points, "to do")
+                return Exercise(name, points, "to do", prediction=prediction)
             if ename == "CellTimeoutError":
                 return Exercise(name, points, "fails", "ran too long: stopped after the time "
-                                "limit (is there a loop that never ends?)")
+                                "limit (is there a loop that never ends?)", prediction)
             shown = evalue if ename in ("AssertionError", "CheckFailed") else f"{ename}: {evalue}"
-            return Exercise(name, points, "fails", _one_line(shown) or ename)
+            return Exercise(name, points, "fails", _one_line(shown) or ename, prediction)
     for output in outputs:
         verdict = output.get("metadata", {}).get(MARK, {})
-        if isinstance(verdict, dict) and verdict.get("verdict") == "in":
-            return Exercise(name, points, "passes", "in: graded against your own numbers "
-                            "once you hand it in")
+        if isinstance(verdict, dict) and verdict.get("verdict") == "in" and prediction:
+            return Exercise(name, points, "in", IN_NOTE, prediction)
     if not outputs and cell.get("execution_count") is None:  # the run never reached it
-        return Exercise(name, points, "fails", "not run: the notebook stopped before this cell")
+        return Exercise(name, points, "fails", "not run: the notebook stopped before this cell",
+                        prediction)
+    if prediction:  # ran, said nothing: not a number grading can read
+        return Exercise(name, points, "fails", "no number came in", prediction)
     return Exercise(name, points, "passes")
 
 
@@ -97,25 +117,40 @@ def exercises(nb: NotebookNode) -> list[Exercise]:
     return [e for e in map(_verdict, nb.cells) if e is not None]
 
 
+def _points(points: float) -> str:
+    return f"{points:g} point{'s' * (points != 1)}"
+
+
 def headline(found: list[Exercise]) -> str:
     """The summary's first line: passing exercises and their points, never more than grading
-    can give."""
-    passing = [e for e in found if e.counts]
-    points, total = sum(e.points for e in passing), sum(e.points for e in found)
-    if found and len(passing) == len(found):
-        return (f"All {len(found)} exercises pass their visible checks ({points:g} of "
-                f"{total:g} points). Hand in the notebook as your course asks.")
-    return (f"{len(passing)} of {len(found)} exercises pass their visible checks ({points:g} "
-            f"of {total:g} points).")
+    can give; a graded prediction apart, its point in no total (only grading knows its
+    answer)."""
+    checked = [e for e in found if not e.prediction]
+    predictions = [e for e in found if e.prediction]
+    passing = [e for e in checked if e.counts]
+    points, total = sum(e.points for e in passing), sum(e.points for e in checked)
+    if checked and len(passing) == len(checked):
+        line = (f"All {len(checked)} exercises pass their visible checks ({points:g} of "
+                f"{total:g} points).")
+    else:
+        line = (f"{len(passing)} of {len(checked)} exercises pass their visible checks "
+                f"({points:g} of {total:g} points).")
+    for e in predictions:
+        said = ("is in: it is graded when you hand in" if e.status == "in" else
+                "is still to do" if e.status == "to do" else "fails its check")
+        line += f" Your graded prediction, {e.name}, {said} ({_points(e.points)})."
+    if found and all(e.done for e in found):
+        line += " Hand in the notebook as your course asks."
+    return line
 
 
 def summarize(nb: NotebookNode) -> tuple[list[dict[str, str]], str]:
     """The exercises that do not pass (as nbgrader's answer lists failed cells) and the summary
     as text: the headline, each exercise on a line, the note on hidden checks."""
     found = exercises(nb)
-    failed = [{"source": f"{e.name} ({e.points:g} point{'s' * (e.points != 1)})",
+    failed = [{"source": f"{e.name} ({_points(e.points)})",
                "error": html.escape(e.message or e.status), "raw_error": e.message or e.status}
-              for e in found if not e.counts]
+              for e in found if not e.done]
     summary = "\n".join([headline(found), "", *(e.line() for e in found), "", HIDDEN_NOTE])
     return failed, summary
 
@@ -160,17 +195,30 @@ def whose_numbers(nb: NotebookNode) -> str:
     return ""
 
 
+def saved_problem(path: Path) -> str:
+    """What grader/lab/numbers.py says of the notebook as saved, against this process's
+    ``CTC_VARIANTS`` (the lab's): "" when its numbers are the student's own."""
+    try:
+        saved = nbformat.read(path, as_version=4)
+    except Exception:  # nbgrader's run says what is wrong with the file
+        return ""
+    return saved_numbers_problem(saved, os.environ.get("CTC_VARIANTS"))
+
+
 def course_answer(path: Path, config) -> dict:
-    """The course's answer: ``headline``, ``exercises`` (name, points, status, message),
-    ``changed`` (locked cells edited), ``numbers`` (whose numbers the graded prediction asked
-    about) and ``note``."""
+    """The course's answer: ``headline``, ``exercises`` (name, points, status, message,
+    prediction), ``changed`` (locked cells edited), ``numbers`` (whose numbers the graded
+    prediction asked about), ``saved_numbers`` (the saved notebook's numbers are not the
+    student's: what to re-run) and ``note``."""
+    problem_with_numbers = saved_problem(path)  # before the run: what the student saved
     result, executed = run_validator(path, config)
     found = exercises(executed) if executed is not None else []
     numbers = whose_numbers(executed) if executed is not None else ""
     return {"headline": headline(found) if executed is not None else
             "Validate did not run the notebook: a cell's type was changed.",
             "exercises": [asdict(e) for e in found], "changed": _changed(result),
-            "numbers": numbers, "note": " ".join(filter(None, [HIDDEN_NOTE, numbers]))}
+            "numbers": numbers, "saved_numbers": problem_with_numbers,
+            "note": " ".join(filter(None, [HIDDEN_NOTE, numbers]))}
 
 
 def nbgrader_answer(answer: dict) -> dict:
@@ -183,7 +231,10 @@ def nbgrader_answer(answer: dict) -> dict:
     if answer["changed"]:
         summary = ("These locked cells were changed (grading uses the course's version): "
                    + "; ".join(answer["changed"]) + "\n\n" + summary)
-    if all(e.counts for e in rows) and rows and not answer["changed"]:
+    if answer.get("saved_numbers"):
+        summary = answer["saved_numbers"] + "\n\n" + summary
+    if all(e.done for e in rows) and rows and not answer["changed"] \
+            and not answer.get("saved_numbers"):
         return {}  # nbgrader shows "Success! Your notebook passes all the tests."
     return {"failed": [{"source": "Summary", "error": html.escape(summary),
                         "raw_error": summary}]}

@@ -37,6 +37,11 @@ CASES: dict[str, list[Case | str]] = {
                "ValueError"),
         raises("two_layer_forward_backward(torch.ones(2, 3), torch.ones(3, 2, dtype=torch.float64),"
                " torch.ones(2, 1))", "ValueError"),
+        raises("two_layer_forward_backward(torch.ones(2, 3, dtype=torch.int64), "
+               "torch.ones(3, 2, dtype=torch.int64), torch.ones(2, 1, dtype=torch.int64))",
+               "ValueError"),
+        raises("two_layer_forward_backward(torch.ones(0, 3), torch.ones(3, 2), torch.ones(2, 1))",
+               "ValueError"),
     ],
     "two_layer_flops": [
         "two_layer_flops(2, 3, 4)",
@@ -86,6 +91,8 @@ CASES: dict[str, list[Case | str]] = {
         raises("training_days(1e24, 1024, 989e12, 1.5)", "ValueError"),
         raises("training_days(-1e24, 1024, 989e12, 0.5)", "ValueError"),
         raises("training_days(1e24, 0, 989e12, 0.5)", "ValueError"),
+        raises("training_days(math.inf, 1024, 989e12, 0.5)", "ValueError"),
+        raises("training_days(1e24, 1024, math.nan, 0.5)", "ValueError"),
     ],
     # A prediction, graded within 10% of the answer for the student's run (VARIANTS below):
     # 143.9 days for the default. Rounding the peak to 1000 TFLOP/s (1% off) or the answer to

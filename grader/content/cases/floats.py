@@ -137,15 +137,16 @@ CASES: dict[str, list[Case | str]] = {
     "predicted_bf16_stall": [Case("float(predicted_bf16_stall)", rel_tol=0.25)],
 }
 
-# Each student's increment for the graded prediction, and where its bf16 sum stops: 0.01 at 4,
-# 0.003 at 1, 0.025 at 8, 0.1 at 32. In every one 256 x the increment lies between 0.64 s and
-# 0.81 s, well inside (s / 2, s), so the increment rounded to bf16 or not gives the same s, and
-# only the rule (half the gap) decides; every sum reaches s in under 400 additions. Each stalls
-# at its own power of two, so no student's answer passes another's band. tests/test_floats.py
-# runs each one's sum in bf16.
+# Each student's increment for the graded prediction, and where its bf16 sum stops: 0.01 at 4 (the
+# default: the lesson's measurement runs it), 0.18 at 64, 0.025 at 8, 0.1 at 32, 0.045 at 16 (not
+# one that stops at 1 or 2: the lesson prints 1.0 and 2.0 long before). In every one 256 x the
+# increment lies between 0.64 s and 0.81 s, well inside (s / 2, s), so the increment rounded to bf16
+# or not gives the same s, and only the rule (half the gap) decides; every sum reaches s in under
+# 400 additions. Each stalls at its own power of two, so no student's answer passes another's band.
+# tests/test_floats.py runs each one's sum in bf16.
 VARIANTS = {
     "predicted_bf16_stall": Variants(
-        ("increment",), ((0.01,), (0.003,), (0.025,), (0.1,)),
+        ("increment",), ((0.01,), (0.18,), (0.025,), (0.1,), (0.045,)),
         "the bf16 sum adds increment = {increment} at each step"),
 }
 

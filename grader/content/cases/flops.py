@@ -91,24 +91,30 @@ CASES: dict[str, list[Case | str]] = {
     # while B << D, F), so the ridge point itself in bf16; 295.3 tokens for the default. The
     # exact crossing for a layer as wide as GPT-3's MLP, (12288, 49152), is higher by the factor
     # 1 + B/F + B/D: 305 for the default, 3% above, and under 5% above in every variant: right
-    # too. Taking the sparse peak (twice the answer), or the wrong bytes per element (fp32's 4,
-    # intensity B / 2 in bf16; or 2 in fp8, or leaving b out), is off by 2 and is not. float(): a
+    # too. Taking the sparse peak (twice the answer; in the 16- and 8-bit dtypes, which have
+    # one), or the wrong bytes per element (fp32's 4, intensity B / 2 in bf16; or 2 in fp8, or
+    # leaving b out; 2 for fp32's 4), is off by 2 and is not. float(): a
     # whole number of tokens, written as an int, is as good an answer.
     "predicted_critical_batch_h100": [Case("float(predicted_critical_batch_h100)", rel_tol=0.1)],
 }
 
 # Each student's GPU and dtype for the graded prediction, with the figures of data/hardware.json
-# (tests/test_flops.py checks them against it): answers 295.3 (H100 SXM), 153.0 (A100), 206.1
-# (H200) and 378.3 tokens (H100 PCIe in fp8: twice the dense bf16 peak on 1-byte elements, so
-# the batch of its bf16 ridge point, 378, reached another way). Every two answers are more than
-# 10% apart, so the default's number, or another GPU's, does not pass.
+# (tests/test_flops.py checks them against it): answers 295.3 tokens (H100 SXM in bf16, the
+# default, which the lesson's cells after the prediction work through), 19.1 (A100 SXM 80GB in
+# fp32, on its CUDA cores: 4-byte elements, so twice its fp32 ridge point), 27.9 (H200 SXM in
+# fp32), 25.1 (A100 SXM 40GB in fp32) and 40.6 (H100 SXM in fp64: 8-byte elements, four times
+# its ridge point). Every two answers are more than 10% apart, so the default's number, or
+# another GPU's, does not pass. None in bf16, fp16 or fp8 (twice the bf16 peak on elements of
+# half the bytes): their answer is a GPU's bf16 ridge point, which the lesson prints for every
+# GPU before the prediction.
 VARIANTS = {
     "predicted_critical_batch_h100": Variants(
         ("layer_gpu", "layer_dtype", "layer_bytes", "layer_peak_tflops", "layer_bandwidth_tbs"),
         (("H100 SXM", "bf16", 2, 989.4, 3.35),
-         ("A100 SXM 80GB", "bf16", 2, 312.0, 2.039),
-         ("H200 SXM", "bf16", 2, 989.4, 4.8),
-         ("H100 PCIe", "fp8", 1, 1513.0, 2.0)),
+         ("A100 SXM 80GB", "fp32", 4, 19.5, 2.039),
+         ("H200 SXM", "fp32", 4, 67.0, 4.8),
+         ("A100 SXM 40GB", "fp32", 4, 19.5, 1.555),
+         ("H100 SXM", "fp64", 8, 34.0, 3.35)),
         "the layer runs on an {layer_gpu} in {layer_dtype} ({layer_bytes}-byte elements): "
         "{layer_peak_tflops:g} TFLOP/s dense, {layer_bandwidth_tbs:g} TB/s (hardware.json)"),
 }

@@ -29,14 +29,22 @@ function plural(points) {
   return `${points} point${points === 1 ? '' : 's'}`;
 }
 
-// The dialog's body for the course's answer (see lab_validate.course_answer).
+// The dialog's body for the course's answer (see grader/lab/validate.py, course_answer). A
+// graded prediction whose number is in is neither passing nor open: only grading knows its
+// answer, so it has a line of its own and its point is in no total.
 function summaryNode(answer) {
   const body = element('div', 'ctc-validate');
   const exercises = answer.exercises || [];
-  const open = exercises.filter(e => e.status !== 'passes');
-  const passing = exercises.filter(e => e.status === 'passes');
+  const open = exercises.filter(e => e.status !== 'passes' && e.status !== 'in');
+  const passing = exercises.filter(e => e.status === 'passes' && !e.prediction);
+  const graded = exercises.filter(e => e.status === 'in');
+  if (answer.saved_numbers) {
+    body.appendChild(element('p', 'ctc-validate-warning ctc-validate-numbers',
+      answer.saved_numbers));
+  }
   const headline = element('p', 'ctc-validate-headline', answer.headline);
-  if (exercises.length && !open.length && !(answer.changed || []).length) {
+  if (exercises.length && !open.length && !(answer.changed || []).length &&
+      !answer.saved_numbers) {
     headline.classList.add('ctc-validate-all');
   }
   body.appendChild(headline);
@@ -66,6 +74,11 @@ function summaryNode(answer) {
   if (passing.length && open.length) {
     body.appendChild(element('p', 'ctc-validate-passing',
       'Passing: ' + passing.map(e => e.name).join(', ') + '.'));
+  }
+  for (const e of graded) {
+    body.appendChild(element('p', 'ctc-validate-graded',
+      `Graded when you hand in: ${e.name} (${plural(e.points)}). Your number is in; only ` +
+      'grading knows the answer for your numbers.'));
   }
   body.appendChild(element('p', 'ctc-validate-note', answer.note));
   return body;
@@ -132,7 +145,14 @@ class ValidateButton extends ToolbarButton {
         node = element('p', 'ctc-validate', String(reply.value));
       }
     } catch (error) {
-      node = element('p', 'ctc-validate', `The notebook was not validated: ${error}`);
+      // A save the student cancelled (JupyterLab asks before overwriting a file changed on
+      // disk) rejects with a ModalCancelError: say what happened, not its name.
+      const cancelled = error && (error.name === 'ModalCancelError' ||
+        String(error.message || error) === 'Cancel');
+      node = element('p', 'ctc-validate', cancelled ?
+        'Validate stopped: the notebook was not saved (the save was cancelled). Save it, then ' +
+        'press Validate again.' :
+        `The notebook was not validated: ${error && error.message ? error.message : error}`);
     } finally {
       this.setLabel('Validate');
       this.busy = false;
