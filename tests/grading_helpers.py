@@ -297,3 +297,20 @@ def drawn_calls(draw: Callable, seeds: range = range(3)) -> list[list]:
     assert len({tuple(map(str, calls)) for calls in draws}) == len(draws)
     assert draws[0] == draw(random.Random(seeds[0]))  # a seed gives one draw
     return draws
+
+
+def arguments_of(function: Callable, expression: str) -> dict:
+    """What ``expression``, a call of ``function`` (``math`` in scope), passes it, by
+    parameter, defaults filled in."""
+    import inspect
+    import math
+
+    signature, bound = inspect.signature(function), {}
+
+    def record(*args, **kwargs) -> None:
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        bound.update(call.arguments)
+
+    eval(expression, {"math": math, function.__name__: record})
+    return bound

@@ -119,7 +119,12 @@ def test_graders_of_two_lessons_adding_one_student_at_once_both_keep_their_grade
     url = servers.create_database(database, "race")
     courses = [(Course(tmp_path / lesson.name, log=lambda _: None, database=url), lesson)
                for lesson in (FLOATS, BACKPROP)]
-    for course, lesson in courses:
+    from grader.content.variants import KEY_FILE
+
+    for number, (course, lesson) in enumerate(courses):
+        if number:  # two coordinators of one database share the course's key (docs say how)
+            (course.root / KEY_FILE).write_bytes((courses[0][0].root / KEY_FILE).read_bytes())
+            (course.root / KEY_FILE).chmod(0o600)
         course.release(lesson)
     errors = []
 

@@ -51,6 +51,7 @@ from solutions.moe_layer import (
     update_bias,
 )
 from solutions.parallel import collective_bytes
+from tests.grading_helpers import arguments_of as call_arguments
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MOE = json.loads((DATA / "models.json").read_text())["moe_models"]
@@ -674,17 +675,9 @@ def arguments_of(name: str, expression: str) -> dict:
     """What ``expression`` passes to exercise ``name``, by parameter, defaults filled in."""
     import inspect
 
-    signature = inspect.signature(getattr(experts, name))
-    assert set(STATED[name]) == set(signature.parameters), name
-    bound = {}
-
-    def record(*args, **kwargs) -> None:
-        call = signature.bind(*args, **kwargs)
-        call.apply_defaults()
-        bound.update(call.arguments)
-
-    eval(expression, {"math": math, name: record})
-    return bound
+    function = getattr(experts, name)
+    assert set(STATED[name]) == set(inspect.signature(function).parameters), name
+    return call_arguments(function, expression)
 
 
 def test_every_hidden_check_stays_inside_what_its_exercise_states() -> None:

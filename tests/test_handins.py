@@ -677,6 +677,14 @@ def test_hostile_members_of_lms_zips_cost_only_their_own_student(tmp_path, share
         archive.writestr("../" + canvas_file_name("Out, Side", 103, 3, NOTEBOOK), blank)
         archive.writestr("x" * 240 + "_104_4_" + NOTEBOOK, blank)
         archive.writestr(f"esc\x1b[31mred\u202e_105_5_{NOTEBOOK}", blank)
+    (tmp_path / "gradebook.csv").write_text(  # Canvas's ids mapped to the students' own
+        "Student,ID,SIS User ID,SIS Login ID,Section\n"
+        + "".join(f"S{n},{n},,s{n},A\n" for n in range(101, 106)))
+    (tmp_path / "worksheet.csv").write_text(
+        "Identifier,Full name,Email address\nParticipant 7,Dot,dot@uni.fr\n"
+        "Participant 8,Eve,eve@uni.fr\n")
+    grader("roster", tmp_path / "gradebook.csv", "--course-dir", course)
+    grader("roster", tmp_path / "worksheet.csv", "--lesson", LESSON.name, "--course-dir", course)
     run = grader("autograde", LESSON.name, canvas, "--course-dir", course, "--jobs", "2")
     assert "recognised a Canvas download" in run.stdout
     assert "outside the archive" in run.stdout and "\x1b" not in run.stdout + run.stderr

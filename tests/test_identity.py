@@ -553,6 +553,29 @@ def test_a_groups_notebook_with_no_record_of_whose_numbers_asks_for_a_look(tmp_p
     assert draw_student({"course_id": "una"}, "una", path) == ("una", "")
 
 
+def test_a_groups_unrecorded_notebook_is_looked_at_only_where_the_draw_can_cost_a_member(
+        tmp_path) -> None:
+    """A group's blank notebook, or one whose members drew the same numbers, loses nothing to
+    whose numbers it is graded on; one that answers a prediction drawn apart does."""
+    from grader.content.variants import lesson_draw
+    from grader.gradebook.received import members_differ
+    from grader.grading.probe import exercises
+
+    key = bytes(range(32))
+    draws = {s: lesson_draw(key, LESSON, s).variants for s in (f"s{i}" for i in range(20))}
+    apart = next([a, b] for a in draws for b in draws if draws[a] != draws[b])
+    alike = next([a, b] for a in draws for b in draws if a != b and draws[a] == draws[b])
+    blank = tmp_path / "blank.ipynb"
+    nb = nbformat.read(LESSON.notebook, as_version=4)  # the reference: every cell answered
+    nbformat.write(nb, tmp_path / "answered.ipynb")
+    prediction = next(e for e in exercises(LESSON) if e.prediction)
+    cell(nb, prediction.name).source = prediction.stub
+    nbformat.write(nb, blank)
+    assert members_differ(key, LESSON, apart, tmp_path / "answered.ipynb")
+    assert not members_differ(key, LESSON, apart, blank)
+    assert not members_differ(key, LESSON, alike, tmp_path / "answered.ipynb")
+
+
 def test_a_keyless_course_refuses_hand_ins_drawn_with_a_key_and_takes_it_back(
         tmp_path) -> None:
     """Hand-ins that record a course's key, in a course that has none: the key was lost

@@ -30,6 +30,7 @@ from solutions.inference import (
 from solutions.kv_cache import KVCache, cached_forward, generate, generate_with_cache
 from solutions.serving import decode_params, serving_budget
 from solutions.tiny_transformer import TinyTransformer
+from tests.grading_helpers import arguments_of as call_arguments
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MODELS = {name.lower(): model
@@ -723,17 +724,9 @@ def arguments_of(name: str, expression: str) -> dict:
     """What ``expression`` passes to exercise ``name``, by parameter, defaults filled in."""
     import inspect
 
-    signature = inspect.signature(getattr(inference, name))
-    assert set(STATED[name]) == set(signature.parameters), name
-    bound = {}
-
-    def record(*args, **kwargs) -> None:
-        call = signature.bind(*args, **kwargs)
-        call.apply_defaults()
-        bound.update(call.arguments)
-
-    eval(expression, {"math": math, name: record})
-    return bound
+    function = getattr(inference, name)
+    assert set(STATED[name]) == set(inspect.signature(function).parameters), name
+    return call_arguments(function, expression)
 
 
 def test_every_hidden_check_stays_inside_what_its_exercise_states() -> None:

@@ -32,6 +32,7 @@ from solutions.parallel import (
     zero_comm_bytes,
 )
 from solutions.parallel_demos import pipeline_schedule
+from tests.grading_helpers import arguments_of
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 H100 = json.loads((DATA / "hardware.json").read_text())["accelerators"]["H100 SXM"]
@@ -461,21 +462,6 @@ def test_each_students_ring_prediction_is_the_rings_bytes(index) -> None:
     for slip, value in wrong.items():
         assert abs(value / answer - 1) >= 0.25, slip
     assert math.isclose(answer * 10**6 / 2**20, answer, rel_tol=0.05)  # MB for MiB: a slip
-
-
-def arguments_of(function, expression: str) -> dict:
-    """What ``expression``, a call of ``function``, passes it, by parameter, defaults filled in."""
-    import inspect
-
-    signature, bound = inspect.signature(function), {}
-
-    def record(*args, **kwargs) -> None:
-        call = signature.bind(*args, **kwargs)
-        call.apply_defaults()
-        bound.update(call.arguments)
-
-    eval(expression, {function.__name__: record})
-    return bound
 
 
 @pytest.mark.parametrize("name", ["collective_bytes", "zero_bytes_per_device"])
