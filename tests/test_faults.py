@@ -324,7 +324,7 @@ def test_redis_restarted_mid_batch_is_waited_for_and_the_class_is_graded(tmp_pat
     course = released_course([LESSON], shared_tmp, tmp_path / "course")
     with restartable_redis(tmp_path / "redis") as (url, stop_redis, start_redis):
         log = tmp_path / "worker.log"
-        worker = start_worker(url, log)
+        worker = start_worker(url, log, course)
         try:
             wait_for(lambda: "ready" in log.read_text(), 60, "the worker")
             action = f"run:{json.dumps(stop_redis)}+then:3:{json.dumps(start_redis)}"
