@@ -63,7 +63,7 @@ CASES: dict[str, list[Case | str]] = {
         "transformer_params(96, 12288, 50257)",  # GPT-3 175B, untied
         "transformer_params(32, 4096, 32000, d_ff=16512)",  # Llama 2 7B's SwiGLU as 2 matrices
         raises("transformer_params(0, 16, 50)", "ValueError"),
-        raises("transformer_params(2, 16.5, 50)", "TypeError"),
+        raises("transformer_params(2.5, 16, 50)", "TypeError"),
     ],
     "transformer_forward_flops": [
         "transformer_forward_flops(2, 16, 12, 50)",
@@ -73,7 +73,7 @@ CASES: dict[str, list[Case | str]] = {
         "transformer_forward_flops(12, 768, 1024, 50257)",  # GPT-2 small, one full context
         "transformer_forward_flops(96, 12288, 2048, 50257)",  # GPT-3 175B
         raises("transformer_forward_flops(0, 64, 128, 1000)", "ValueError"),
-        raises("transformer_forward_flops(2, 64.5, 128, 1000)", "TypeError"),
+        raises("transformer_forward_flops(2.5, 64, 128, 1000)", "TypeError"),
     ],
     "training_flops": [
         Case("training_flops(70e9, 15e12)", rel_tol=_REL),

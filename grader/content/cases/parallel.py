@@ -126,6 +126,7 @@ CASES: dict[str, list[Case | str]] = {
                "TypeError"),
         raises("min_tokens_to_hide_allreduce(0.0, 450e9, 8)", "ValueError"),
         raises("min_tokens_to_hide_allreduce(989.4e12, math.inf, 8)", "ValueError"),
+        raises("min_tokens_to_hide_allreduce('989.4e12', 450e9, 8)", "TypeError"),
     ],
     "pipeline_bubble_fraction": [
         "pipeline_bubble_fraction(1, 1)",

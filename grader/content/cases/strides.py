@@ -36,6 +36,7 @@ CASES: dict[str, list[Case | str]] = {
         raises("transpose((2, 3), (3, 1), 0, 2)", "IndexError"),
         raises("transpose((2, 3), (3, 1), -3, 0)", "IndexError"),
         raises("transpose((2, 3), (3,), 0, 1)", "ValueError"),  # _layout: one stride per dim
+        raises("transpose((2, 3.5), (3, 1), 0, 1)", "TypeError"),  # _layout: ints
     ],
     "permute": [
         "permute((2, 3, 4), (12, 4, 1), (2, 0, 1))",
