@@ -483,13 +483,16 @@ def test_run_recipe_refuses_an_unknown_recipe() -> None:
 
 def _loss_scale_in_float64(scale, growth_tracker, found_inf, growth_factor=2.0,
                            backoff_factor=0.5, growth_interval=2000):
-    """Correct but not rounded to float32: within the checks' tolerance."""
+    """Correct, with the scale rounded to float32 first as Hint 1 asks, but its products left
+    in float64, not rounded: within the checks' tolerance. (A scale not rounded first fails
+    the check that compares it exactly.)"""
+    scale = float(np.float32(scale))
     if found_inf:
-        return float(scale) * backoff_factor, 0
+        return scale * backoff_factor, 0
     if growth_tracker + 1 < growth_interval:
-        return float(scale), growth_tracker + 1
-    grown = float(scale) * growth_factor
-    return (grown if grown <= torch.finfo(torch.float32).max else float(scale)), 0
+        return scale, growth_tracker + 1
+    grown = scale * growth_factor
+    return (grown if grown <= torch.finfo(torch.float32).max else scale), 0
 
 
 def _loss_scale_with_torch(scale, growth_tracker, found_inf, growth_factor=2.0,
