@@ -36,7 +36,8 @@ from torch import Tensor
 
 
 def _positive_ints(**sizes: int) -> dict[str, int]:
-    """The sizes as ints; ValueError naming every size that is not positive."""
+    """The sizes as ints: TypeError for a size that is not an integer (from operator.index),
+    ValueError naming every size that is not positive."""
     values = {name: operator.index(size) for name, size in sizes.items()}
     bad = [f"{name}={size}" for name, size in values.items() if size <= 0]
     if bad:

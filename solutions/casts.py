@@ -5,7 +5,10 @@ C++ leaves the conversion of NaN or infinity to an integer undefined, and so doe
 nothing promises it. So a check that compares the codes an exercise returns cannot tell code
 that divides 0 by 0 and casts the NaN from code that never makes it. ``nan_casts`` watches the
 casts themselves: run in a ``TorchDispatchMode``, every conversion (``aten._to_copy`` and
-``aten.copy_``) to an integer dtype whose source holds NaN or infinity is named.
+``aten.copy_``) to an integer dtype whose source holds NaN or infinity is named. A cast made in
+NumPy (``.numpy().astype(np.int8)``) never reaches torch's dispatcher; NumPy reports it instead,
+as the warning "invalid value encountered in cast", from the flag that IEEE 754 makes every CPU
+raise when it converts NaN or infinity to an integer, and ``nan_casts`` names that too.
 """
 
 from __future__ import annotations
@@ -13,17 +16,20 @@ from __future__ import annotations
 
 def nan_casts(expression: str) -> list[str]:
     """What ``expression``, evaluated in the caller's namespace, casts from NaN or infinity to
-    an integer dtype: one ``"NaN -> torch.int8"`` (or ``"inf -> ..."``) per cast, none for
-    code that keeps them from its casts.
+    an integer dtype: one ``"NaN -> torch.int8"`` (or ``"inf -> ..."``) per cast, one
+    ``"NaN or inf -> an integer, in NumPy"`` per such cast made in NumPy, none for code that
+    keeps them from its casts.
 
     Args:
         expression: a call, e.g. ``"quantize_blockwise(torch.zeros(4), 2)"``.
 
     Returns:
-        The casts, in the order they ran.
+        The casts: torch's in the order they ran, then NumPy's.
     """
     import sys  # here: the notebook gets this function alone, as given code
+    import warnings
 
+    import numpy
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -45,6 +51,10 @@ def nan_casts(expression: str) -> list[str]:
                         found.append(f"inf -> {out.dtype}")
             return out
 
-    with Watch():
+    with warnings.catch_warnings(record=True) as warned, numpy.errstate(invalid="warn"), Watch():
+        warnings.simplefilter("always")
         eval(expression, namespace)
+    found += ["NaN or inf -> an integer, in NumPy" for w in warned
+              if issubclass(w.category, RuntimeWarning)
+              and str(w.message) == "invalid value encountered in cast"]
     return found

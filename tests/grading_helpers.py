@@ -314,3 +314,50 @@ def arguments_of(function: Callable, expression: str) -> dict:
 
     eval(expression, {"math": math, function.__name__: record})
     return bound
+
+
+def with_edits(reference: Callable, *edits: tuple[str, str]) -> Callable:
+    """The reference function (or class) ``reference`` with its source edited by ``(old, new)``
+    pairs, each ``old`` found exactly once: the reference with a bug put in on purpose, defined
+    afresh in a copy of its module's namespace."""
+    import __future__
+
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(reference))
+    for old, new in edits:
+        assert source.count(old) == 1, f"{reference.__name__}: {old!r} is not in it once"
+        source = source.replace(old, new)
+    namespace = dict(vars(inspect.getmodule(reference)))
+    code = compile(source, f"<{reference.__name__} with a bug>", "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    exec(code, namespace)
+    return namespace[reference.__name__]
+
+
+def judged_with(lesson_name: str, exercise: str, **replacements: object):
+    """How grading judges the checks of ``exercise``, visible and hidden, run on the reference
+    code with some of its names replaced (by a bug a hint names, say): a ``probe.Verdict``,
+    whose ``visible_failures`` are what Validate shows."""
+    import importlib
+    import math
+
+    import torch
+
+    from grader.common import syntax
+    from grader.content.lessons import load_lesson
+    from grader.grading import probe
+
+    lesson = load_lesson(lesson_name)
+    checked = next(e for e in probe.exercises(lesson) if e.name == exercise)
+    namespace = {**vars(importlib.import_module(lesson.module)), "math": math, "torch": torch,
+                 **replacements}
+    results: list[object] = []
+    for check in checked.checks:
+        try:
+            results.append(syntax.evaluate(check.expression, dict(namespace)))
+        except Exception as error:
+            builtin = next(c for c in type(error).__mro__ if c.__module__ == "builtins")
+            results.append(probe.Failure(f"{type(error).__name__}: {error}", builtin.__name__))
+    return probe.judge(checked, results)

@@ -11,6 +11,7 @@ import re
 import struct
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import ml_dtypes
@@ -45,6 +46,7 @@ from solutions.floats import (
     split_bits,
     tensor_bytes,
 )
+from tests.grading_helpers import judged_with, with_edits
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks/01_float_formats/float_formats.ipynb"
 
@@ -252,6 +254,28 @@ def test_encode_fp32_from_double_matches_torch_and_struct(x: float) -> None:
     assert encode(x, FP32) == want & 0xFFFFFFFF
     if abs(x) <= max_finite(FP32):
         assert encode(x, FP32) == struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def test_a_double_just_above_a_tie_is_rounded_once_and_a_visible_check_tries_it() -> None:
+    """Hint 3, "round once": 1 + 2**-8 + 2**-40 lies above the midpoint of bf16's 1.0 and
+    1.0078125, so it rounds up (exact arithmetic says so; numpy's direct float64 -> float16
+    cast agrees for fp16's example). Rounded to float32 first, it lands on the tie and rounds to
+    even: torch's float64 -> bfloat16 cast gives that, as the lesson says. Code that rounds
+    twice fails the visible check and two hidden ones."""
+    x = 1 + 2**-8 + 2**-40
+    assert Fraction(x) > (Fraction(decode(0x3F80, BF16)) + Fraction(decode(0x3F81, BF16))) / 2
+    assert encode(x, BF16) == 0x3F81
+    assert bits_of(torch.tensor(x, dtype=torch.float64).to(torch.bfloat16)) == 0x3F80
+    y = 1 + 2**-11 + 2**-40
+    assert encode(y, FP16) == 0x3C01 == int(np.array([y]).astype(np.float16).view(np.uint16)[0])
+    twice = with_edits(encode, ("x = float(x)\n", "x = float(x)\n"
+                                "    if fmt.total_bits < 32 and math.isfinite(x):\n"
+                                "        x = decode(encode(x, FP32), FP32)  # to float32 first\n"))
+    assert twice(x, BF16) == 0x3F80
+    verdict = judged_with("01_float_formats", "encode", encode=twice)
+    assert [f.split(":")[0] for f in verdict.visible_failures] == [
+        "encode(1 + 2**-8 + 2**-40, BF16)"]
+    assert len(verdict.hidden_failures) == 2
 
 
 @pytest.mark.parametrize("fmt", [FP32, *SMALL_FORMATS], ids=lambda f: f.name)

@@ -30,6 +30,7 @@ from solutions.memory import (
     quantize_blockwise,
     training_memory,
 )
+from tests.grading_helpers import judged_with, with_edits
 from tests.line_count import lines_run
 
 torch_settings = settings(deadline=None, max_examples=60)
@@ -640,9 +641,11 @@ def quantize_other_order(x: torch.Tensor, block_size: int = 256):
 
 
 def dequantize_other_order(q, scales, shape, block_size=256):
-    """q * absmax / 127 in float32: correct, but not the reference's float64 arithmetic."""
+    """q * (absmax / 127), in float64 as the text asks: correct, in another order than the
+    reference's (in float32 that order overflows near float32's maximum, a check sees it)."""
     n = q.numel()
-    return (q.float() * scales.repeat_interleave(block_size)[:n] / 127).reshape(shape)
+    absmax = scales.double().repeat_interleave(block_size)[:n]
+    return (q.double() * (absmax / 127)).float().reshape(shape)
 
 
 def case_problems(name: str, **replacements) -> list[str | None]:
@@ -714,6 +717,60 @@ def test_a_missing_zero_block_guard_fails_a_check_whatever_the_cpu_makes_of_nan(
     assert nan_casts("torch.tensor([1.5, 2.5]).to(torch.int8)") == []
     with pytest.raises(ValueError, match="float32's range"):  # finite in float64 only
         quantize_blockwise(torch.tensor([1.0, 1e39], dtype=torch.float64))
+
+
+def test_a_missing_zero_block_guard_with_a_numpy_cast_fails_the_visible_check() -> None:
+    """The same bug with the cast made in NumPy, which torch's dispatcher never sees: NumPy
+    warns "invalid value encountered in cast" (from the invalid flag IEEE 754 has every CPU
+    raise), and nan_casts names it. A NaN NumPy makes and then masks is no cast, and passes."""
+    from solutions.casts import nan_casts
+
+    in_numpy = with_edits(quantize_blockwise, (
+        "divisor = torch.where(scales > 0, scales, 1.0).repeat_interleave(block_size)[:n]",
+        "divisor = scales.repeat_interleave(block_size)[:n]"), (
+        "q = torch.round(flat / divisor * 127).to(torch.int8)",
+        "q = torch.from_numpy(torch.round(flat / divisor * 127).numpy().astype('int8'))"))
+    namespace = {"quantize_blockwise": in_numpy, "torch": torch, "nan_casts": nan_casts}
+    assert eval("nan_casts('quantize_blockwise(torch.zeros(4), 2)')", namespace) == [
+        "NaN or inf -> an integer, in NumPy"]
+    with np.errstate(invalid="ignore"):  # the other checks' casts, unwatched: not asserted
+        verdict = judged_with("05_adamw_memory", "quantize_blockwise", quantize_blockwise=in_numpy)
+    assert [f.split(":")[0] for f in verdict.visible_failures] == [
+        "nan_casts('quantize_blockwise(torch.tensor([0.0, 0.0, 0.0, 1.0, -2.0, 0.5]), 3)')"]
+    assert len(verdict.hidden_failures) == 2
+    masked = "np.where(np.zeros(2) > 0, np.zeros(2) / np.zeros(2), 0).astype(np.int8)"
+    with np.errstate(invalid="ignore"):  # the 0 / 0 warns "in divide": not a cast
+        assert eval(f"nan_casts({masked!r})", {"np": np, "nan_casts": nan_casts}) == []
+
+
+# Bugs the hints and texts of lesson 05 name, each the reference with one edit, and what Validate
+# shows for it: a visible check fails (every CPU: none depends on how NaN is cast).
+HINT_BUGS = {
+    "AdamW: a parameter without a gradient updated with a zero one": ("AdamW", (
+        "if p.grad is None:\n                    continue",
+        "if p.grad is None:\n                    p.grad = torch.zeros_like(p)"),),
+    "AdamW: a parameter without a gradient not skipped (None.is_sparse)": ("AdamW", (
+        "if p.grad is None:\n                    continue", "pass"),),
+    "training_memory: a float ceiling": ("training_memory", (
+        "n_blocks = -(-n // 256)", "n_blocks = math.ceil(n / 256)"),),
+    "dequantize_blockwise: in float32": ("dequantize_blockwise", (
+        "absmax = scales.to(torch.float64)", "absmax = scales.to(torch.float32)"), (
+        "(q.to(torch.float64) * absmax / 127)", "(q.to(torch.float32) * absmax / 127)")),
+    "dequantize_blockwise: in float32, divided first": ("dequantize_blockwise", (
+        "absmax = scales.to(torch.float64)", "absmax = scales.to(torch.float32)"), (
+        "(q.to(torch.float64) * absmax / 127)", "(q.to(torch.float32) * (absmax / 127))")),
+    "largest_trainable_params: a float division": ("largest_trainable_params", (
+        "math.floor(n_gpus * Fraction(gpu_bytes) / Fraction(bytes_per_param))",
+        "math.floor(n_gpus * gpu_bytes / bytes_per_param)"),),
+}
+
+
+@pytest.mark.parametrize("bug", HINT_BUGS)
+def test_each_bug_a_hint_names_fails_a_visible_check(bug: str) -> None:
+    name, *edits = HINT_BUGS[bug]
+    verdict = judged_with("05_adamw_memory", name, **{name: with_edits(getattr(memory, name),
+                                                                       *edits)})
+    assert verdict.visible_failures and verdict.points == 0
 
 
 def test_each_students_drawn_training_memory_cases_are_their_own_and_exact() -> None:

@@ -32,7 +32,7 @@ from solutions.parallel import (
     zero_comm_bytes,
 )
 from solutions.parallel_demos import pipeline_schedule
-from tests.grading_helpers import arguments_of
+from tests.grading_helpers import arguments_of, judged_with, with_edits
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 H100 = json.loads((DATA / "hardware.json").read_text())["accelerators"]["H100 SXM"]
@@ -101,6 +101,7 @@ def test_the_ring_sum_of_floats_is_one_set_of_bits_close_to_sum(n, chunk, seed) 
     ([], "non-empty list"),
     ([torch.zeros(4), torch.zeros(6)], "same length"),
     ([torch.zeros(4), torch.zeros(4, dtype=torch.float64)], "same length, dtype"),
+    ([torch.zeros(2), torch.zeros(2, device="meta")], "same length, dtype and device"),
     ([torch.zeros(2, 2), torch.zeros(2, 2)], "must be 1-D"),
     ([torch.zeros(5), torch.zeros(5)], "does not split into 2 equal chunks"),
     ([torch.zeros(4), [0, 0, 0, 0]], "must be a torch.Tensor"),
@@ -109,6 +110,38 @@ def test_the_ring_sum_of_floats_is_one_set_of_bits_close_to_sum(n, chunk, seed) 
 def test_the_ring_names_bad_shards(shards, words) -> None:
     with pytest.raises(TypeError if "must be a" in words else ValueError, match=words):
         ring_all_reduce(shards)
+
+
+@given(st.integers(1, 8), st.integers(0, 5), st.sampled_from([torch.float32, torch.float16,
+                                                                torch.int64]),
+       st.integers(0, 2**31))
+def test_the_ring_without_outgoing_copies_gives_the_same_bits_under_the_printed_schedule(
+        n, chunk, dtype, seed) -> None:
+    """Hint 2 says so: in each step no rank sends the chunk it receives, so updating the
+    receivers one after another, each reading its sender's chunk directly, changes nothing
+    (and so no check could tell; the hint does not call it a bug)."""
+    no_copies = with_edits(ring_all_reduce, (
+        "outgoing = [chunks[r][(r - step) % n].clone() for r in range(n)]",
+        "outgoing = [chunks[r][(r - step) % n] for r in range(n)]"), (
+        "outgoing = [chunks[r][(r + 1 - step) % n].clone() for r in range(n)]",
+        "outgoing = [chunks[r][(r + 1 - step) % n] for r in range(n)]"))
+    generator = torch.Generator().manual_seed(seed)
+    shards = [(torch.randn(n * chunk, generator=generator) * 100).to(dtype) for _ in range(n)]
+    (want, sent), (got, also_sent) = ring_all_reduce(shards), no_copies(shards)
+    assert sent == also_sent and all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+
+
+def test_a_float_ceiling_of_the_shard_fails_a_visible_check() -> None:
+    """Hint 1 of zero_bytes_per_device, "no float is needed": past 2**53 a float division
+    rounds N / n, and its ceiling is no longer the shard's size."""
+    in_floats = with_edits(zero_bytes_per_device, (
+        "shard = n_elements, _sharded(n_elements, n)",
+        "shard = n_elements, math.ceil(n_elements / n)"))
+    verdict = judged_with("07_many_devices", "zero_bytes_per_device",
+                          zero_bytes_per_device=in_floats)
+    assert [f.split(":")[0] for f in verdict.visible_failures] == [
+        "zero_bytes_per_device(2**53 + 1, 2, 3)"]
+    assert verdict.hidden_failures
 
 
 def test_zero_paper_figure_1() -> None:

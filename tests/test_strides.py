@@ -31,6 +31,7 @@ from solutions.strides import (
     transpose,
     view_strides,
 )
+from tests.grading_helpers import judged_with, with_edits
 from tests.line_count import lines_run
 
 FEW = settings(max_examples=200, deadline=None)
@@ -603,16 +604,32 @@ def test_bad_dims_raise_like_torch() -> None:
         (lambda: slice_dim((2, 3), (3, 1), 0, -3, 0, 1, 1), lambda: t.narrow(-3, 0, 1), IndexError),
         (lambda: permute((2, 3), (3, 1), (0, 0)), lambda: t.permute(0, 0), ValueError),
         (lambda: permute((2, 3), (3, 1), (0,)), lambda: t.permute(0), ValueError),
+        (lambda: permute((2, 3), (3, 1), (0, 2)), lambda: t.permute(0, 2), IndexError),
         (lambda: slice_dim((), (), 0, 0, 0, 1, 1), lambda: torch.tensor(1.0)[0:1], IndexError),
     ]:
         with pytest.raises(error, match=r"out of range|permutation|once|0-dim"):
             call()
         with pytest.raises((IndexError, RuntimeError)):
             torch_call()
+    with pytest.raises(IndexError):  # the lesson's text: as torch does, not ValueError
+        t.permute(0, 2)
     with pytest.raises(ValueError, match="step must be positive"):
         slice_dim((4,), (1,), 0, 0, None, None, -1)
     with pytest.raises(ValueError, match="step must be greater than zero"):
         torch.arange(4)[::-1]
+
+
+def test_a_view_that_leaves_trailing_size_1_dims_out_of_a_chunk_fails_a_visible_check() -> None:
+    """Hint 3 of view_strides, "and any size-1 dims": a size-1 new dim at the left end of a chunk
+    belongs to it. Left for the next chunk (or none), it gets another stride than torch's."""
+    assert view_strides((2, 3), (3, 1), (1, 2, 3)) == torch.empty(2, 3).view(1, 2, 3).stride()
+    left_out = with_edits(view_strides, ("(view_numel < chunk_numel or new_shape[new_dim] == 1)",
+                                         "view_numel < chunk_numel"))
+    assert left_out((2, 3), (3, 1), (1, 2, 3)) != (6, 3, 1)
+    verdict = judged_with("02_tensors_and_strides", "view_strides", view_strides=left_out)
+    assert [f.split(":")[0] for f in verdict.visible_failures] == [
+        "view_strides((2, 3), (3, 1), (1, 2, 3))"]
+    assert verdict.hidden_failures
 
 
 def test_a_0_dim_tensor_transposes_and_permutes_to_itself_like_torch() -> None:

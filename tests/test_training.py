@@ -43,6 +43,7 @@ from solutions.training_loop import (
     step_loss,
     train_step,
 )
+from tests.grading_helpers import judged_with, with_edits
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MODELS = json.loads((DATA / "models.json").read_text())["models"]
@@ -482,13 +483,16 @@ def test_run_recipe_refuses_an_unknown_recipe() -> None:
 
 def _loss_scale_in_float64(scale, growth_tracker, found_inf, growth_factor=2.0,
                            backoff_factor=0.5, growth_interval=2000):
-    """Correct but not rounded to float32: within the checks' tolerance."""
+    """Correct, with the scale rounded to float32 first as Hint 1 asks, but its products left
+    in float64, not rounded: within the checks' tolerance. (A scale not rounded first fails
+    the check that compares it exactly.)"""
+    scale = float(np.float32(scale))
     if found_inf:
-        return float(scale) * backoff_factor, 0
+        return scale * backoff_factor, 0
     if growth_tracker + 1 < growth_interval:
-        return float(scale), growth_tracker + 1
-    grown = float(scale) * growth_factor
-    return (grown if grown <= torch.finfo(torch.float32).max else float(scale)), 0
+        return scale, growth_tracker + 1
+    grown = scale * growth_factor
+    return (grown if grown <= torch.finfo(torch.float32).max else scale), 0
 
 
 def _loss_scale_with_torch(scale, growth_tracker, found_inf, growth_factor=2.0,
@@ -533,6 +537,27 @@ def test_hidden_loss_scale_cases_catch_a_tracker_that_is_not_restarted() -> None
     problems = case_problems("loss_scale_update",
                              loss_scale_update=_loss_scale_forgetting_the_reset)
     assert any(problem is not None for problem in problems)
+
+
+@pytest.mark.parametrize("bug", ["scale not rounded first", "growth tested before overflow"])
+def test_each_bug_hint_1_names_fails_a_visible_check(bug: str) -> None:
+    """Hint 1 of loss_scale_update: round the scale first (its rounding alone is below the
+    products' tolerance, so a check compares it exactly), and the overflow case first (on the
+    step that reaches the interval an overflow backs off)."""
+    edits = {
+        "scale not rounded first": [("    scale = _float32(scale)\n", "")],
+        "growth tested before overflow": [(
+            "    if found_inf:\n        return _float32(scale * backoff_factor), 0\n",
+            "    if found_inf and growth_tracker + 1 < growth_interval:\n"
+            "        return _float32(scale * backoff_factor), 0\n"), (
+            "    if growth_tracker + 1 < growth_interval:\n",
+            "    if growth_tracker + 1 < growth_interval and not found_inf:\n")],
+    }[bug]
+    mistaken = with_edits(loss_scale_update, *edits)
+    assert mistaken(3.3, 0, False) != loss_scale_update(3.3, 0, False) or \
+        mistaken(65536.0, 1999, True) == (131072.0, 0)
+    verdict = judged_with("06_training_step", "loss_scale_update", loss_scale_update=mistaken)
+    assert verdict.visible_failures and verdict.hidden_failures
 
 
 def test_hidden_flop_cases_catch_a_full_block_recomputation() -> None:

@@ -63,6 +63,7 @@ CASES: dict[str, list[Case | str]] = {
         "transformer_params(96, 12288, 50257)",  # GPT-3 175B, untied
         "transformer_params(32, 4096, 32000, d_ff=16512)",  # Llama 2 7B's SwiGLU as 2 matrices
         raises("transformer_params(0, 16, 50)", "ValueError"),
+        raises("transformer_params(2.5, 16, 50)", "TypeError"),
     ],
     "transformer_forward_flops": [
         "transformer_forward_flops(2, 16, 12, 50)",
@@ -71,6 +72,8 @@ CASES: dict[str, list[Case | str]] = {
         "transformer_forward_flops(2, 8, 96, 30)",  # long context: attention dominates
         "transformer_forward_flops(12, 768, 1024, 50257)",  # GPT-2 small, one full context
         "transformer_forward_flops(96, 12288, 2048, 50257)",  # GPT-3 175B
+        raises("transformer_forward_flops(0, 64, 128, 1000)", "ValueError"),
+        raises("transformer_forward_flops(2.5, 64, 128, 1000)", "TypeError"),
     ],
     "training_flops": [
         Case("training_flops(70e9, 15e12)", rel_tol=_REL),
@@ -93,6 +96,8 @@ CASES: dict[str, list[Case | str]] = {
         raises("training_days(1e24, 0, 989e12, 0.5)", "ValueError"),
         raises("training_days(math.inf, 1024, 989e12, 0.5)", "ValueError"),
         raises("training_days(1e24, 1024, math.nan, 0.5)", "ValueError"),
+        raises("training_days('1e24', 8, 989e12, 0.5)", "ValueError"),  # not a real number
+        raises("training_days(1e24, 2.5, 989e12, 0.5)", "TypeError"),
     ],
     # A prediction, graded within 10% of the answer for the student's run (VARIANTS below):
     # 143.9 days for the default. Rounding the peak to 1000 TFLOP/s (1% off) or the answer to

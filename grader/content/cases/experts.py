@@ -136,6 +136,7 @@ CASES: dict[str, list[Case | str]] = {
         raises(f"moe_decode_bytes(1, {_MIXTRAL_SPLIT}, math.inf)", "ValueError"),
         raises("moe_decode_bytes(1, 1.5e9, 176160768, 32, 8, 2)", "ValueError"),
         raises(f"moe_decode_bytes(True, {_MIXTRAL_SPLIT})", "ValueError"),
+        raises("moe_decode_bytes(1, 1474297856, 176160768, 32, 0, 1)", "ValueError"),
     ],
     # the graded prediction, within 5%: the answer E·(1 - (1 - k/E)^T); "all of them" (E, also
     # min(T·k, E)) is 13% to 30% high in every variant, as far from the band as the others;

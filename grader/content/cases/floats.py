@@ -59,6 +59,9 @@ CASES: dict[str, list[Case | str]] = {
     ],
     "encode": [
         "encode(0.1, FP32)",
+        # Just above a tie: rounded to float32 first, each lands on the tie and rounds down.
+        "encode(1 + 2**-11 + 2**-40, FP16)",
+        "encode(1 + 2**-4 + 2**-40, FP8_E4M3)",
         "encode(0.1, BF16)",
         "encode(-2.5, FP16)",
         "encode(65504.0, FP16)",

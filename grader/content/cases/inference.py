@@ -134,6 +134,9 @@ CASES: dict[str, list[Case | str]] = {
                "TypeError"),
         raises(f"decode_tokens_per_second({_7B_STEP}, 1, 4096, {_KV_7B}, math.inf, 3.35e12)",
                "ValueError"),
+        # the arguments shared with decode_intensity, of the wrong kind
+        raises("decode_tokens_per_second(7e9, 1.5, 4096, 524288, 989.4e12, 3.35e12)", "TypeError"),
+        raises("decode_tokens_per_second(7e9, 1, 4096, None, 989.4e12, 3.35e12)", "TypeError"),
     ],
     "prefill_seconds": [
         Case(f"prefill_seconds({_7B_STEP}, 1000, 1, {_H100})", rel_tol=_REL),  # compute-bound

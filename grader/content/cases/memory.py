@@ -57,6 +57,12 @@ CASES: dict[str, list[Case | str]] = {
              "'weight_decay': 0.0}], lr=0.1, weight_decay=0.1)] for _ in range(4)], (a, b))[-1])"
              "(torch.tensor([1.0, 2.0]).requires_grad_(), "
              "torch.tensor([[-1.5], [0.75]]).requires_grad_())", rel_tol=_REL),
+        # A parameter without a gradient is skipped: no change, no state. Its neighbour moves.
+        Case("(lambda a, b, opt: (setattr(b, 'grad', torch.tensor([[0.25], [-1.0]])), "
+             "[opt.step() for _ in range(3)], (a, len(opt.state[a]), b))[-1])"
+             "(*(lambda a, b: (a, b, AdamW([a, b], lr=0.05, weight_decay=0.2)))"
+             "(torch.tensor([1.0, -2.0, 3.0, 0.5]).requires_grad_(), "
+             "torch.tensor([[-1.5], [0.75]]).requires_grad_()))", rel_tol=_REL),
         raises("AdamW([torch.zeros(2, requires_grad=True)], lr=-0.1)", "ValueError"),
         raises("AdamW([torch.zeros(2, requires_grad=True)], betas=(0.9, 1.0))", "ValueError"),
         raises("AdamW([torch.zeros(2, requires_grad=True)], weight_decay=-0.01)", "ValueError"),
@@ -71,6 +77,7 @@ CASES: dict[str, list[Case | str]] = {
         "training_memory(257, 'adam8bit')",  # a second, partial block of scales
         "training_memory(0, 'adam8bit')",
         "training_memory(405_000_000_000, 'adam8bit')",
+        "training_memory(2**53 + 1, 'adam8bit')",  # a float ceiling gives one block too few
         raises("training_memory(-1, 'fp32')", "ValueError"),
         raises("training_memory(10, 'bf16')", "ValueError"),
     ],
@@ -106,6 +113,12 @@ CASES: dict[str, list[Case | str]] = {
              rel_tol=_REL),
         Case(f"(lambda x: dequantize_blockwise(*quantize_blockwise(x, 3), x.shape, 3))({_X33})",
              rel_tol=_REL),
+        # Near float32's maximum, float32 arithmetic overflows (q * absmax, or 127 * (absmax /
+        # 127) rounded up); float64 does not.
+        Case("dequantize_blockwise(*quantize_blockwise(torch.tensor([3.3e38, -1.0e38, 2.0, 1.0]), "
+             "2), (4,), 2)", rel_tol=_REL),
+        Case("dequantize_blockwise(torch.tensor([-127, 5, 127, 0], dtype=torch.int8), "
+             "torch.tensor([torch.finfo(torch.float32).max, 1.0]), (2, 2), 2)", rel_tol=_REL),
         raises("dequantize_blockwise(torch.zeros(4), torch.ones(1), (4,), 4)", "TypeError"),
         raises("dequantize_blockwise(torch.zeros(4, dtype=torch.int8), torch.ones(1), (5,), 4)",
                "ValueError"),
@@ -122,6 +135,7 @@ CASES: dict[str, list[Case | str]] = {
         "largest_trainable_params(8, 141e9, 16)",
         "largest_trainable_params(0, 80e9, 16)",
         "largest_trainable_params(3, 40e9, 12)",
+        "largest_trainable_params(1, 24e9, 0.1)",  # 24e9 / 0.1 rounds up to 2.4e11
     ],
     # A prediction, graded within 10%: the answer is 16 bytes for each of the MLP's 3288
     # parameters. Forgetting the biases (3200 parameters) lands 2.7% low and passes: the point is

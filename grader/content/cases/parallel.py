@@ -30,6 +30,7 @@ CASES: dict[str, list[Case | str]] = {
         raises("collective_bytes('broadcast', 8, 2)", "ValueError"),
         raises("collective_bytes('all_reduce', -8, 2)", "ValueError"),
         raises("collective_bytes('all_reduce', 8, 0)", "ValueError"),
+        raises("collective_bytes('all_reduce', 8, 2.0)", "TypeError"),
         raises("collective_bytes('all_reduce', True, 2)", "TypeError")  # not a count,
     ],
     "ring_all_reduce": [
@@ -49,6 +50,9 @@ CASES: dict[str, list[Case | str]] = {
         raises("ring_all_reduce([torch.zeros(2, 2), torch.zeros(2, 2)])", "ValueError"),
         raises("ring_all_reduce([torch.zeros(2), torch.zeros(2, dtype=torch.float64)])",
                "ValueError"),
+        raises("ring_all_reduce(torch.zeros(4))", "TypeError"),  # not a list
+        # torch's meta device holds no data: another device than the CPU on any machine
+        raises("ring_all_reduce([torch.zeros(2), torch.zeros(2, device='meta')])", "ValueError"),
     ],
     "zero_bytes_per_device": [
         *(f"zero_bytes_per_device({_7B5}, 64, {stage})" for stage in range(4)),
@@ -58,6 +62,7 @@ CASES: dict[str, list[Case | str]] = {
         "zero_bytes_per_device(0, 8, 2)",
         "zero_bytes_per_device(7_000_000_000, 8, 2, bytes_per_param=4, bytes_per_grad=4, "
         "optimizer_bytes_per_param=8)",  # fp32 training, AdamW's m and v
+        "zero_bytes_per_device(2**60 + 3, 4, 1)",  # past 2**53 a float ceiling is wrong
         raises("zero_bytes_per_device(10, 2, 4)", "ValueError"),
         raises("zero_bytes_per_device(10, 0, 1)", "ValueError"),
         raises("zero_bytes_per_device(-1, 2, 1)", "ValueError"),
@@ -106,6 +111,8 @@ CASES: dict[str, list[Case | str]] = {
         raises("allreduce_seconds('1e9', 8, 1e9)", "TypeError"),
         raises("allreduce_seconds(math.inf, 8, 1e9)", "ValueError"),
         raises("allreduce_seconds(1e9, 8, math.inf)", "ValueError"),
+        raises("allreduce_seconds(1e9, 0, 1e9)", "ValueError"),
+        raises("allreduce_seconds(1e9, 8, 1e9, math.inf)", "ValueError"),
     ],
     "min_tokens_to_hide_allreduce": [
         Case("min_tokens_to_hide_allreduce(989.4e12, 450e9, 8)", rel_tol=_REL),  # NVLink
@@ -119,6 +126,7 @@ CASES: dict[str, list[Case | str]] = {
                "TypeError"),
         raises("min_tokens_to_hide_allreduce(0.0, 450e9, 8)", "ValueError"),
         raises("min_tokens_to_hide_allreduce(989.4e12, math.inf, 8)", "ValueError"),
+        raises("min_tokens_to_hide_allreduce('989.4e12', 450e9, 8)", "TypeError"),
     ],
     "pipeline_bubble_fraction": [
         "pipeline_bubble_fraction(1, 1)",

@@ -35,6 +35,8 @@ CASES: dict[str, list[Case | str]] = {
         "transpose((), (), 0, -1)",
         raises("transpose((2, 3), (3, 1), 0, 2)", "IndexError"),
         raises("transpose((2, 3), (3, 1), -3, 0)", "IndexError"),
+        raises("transpose((2, 3), (3,), 0, 1)", "ValueError"),  # _layout: one stride per dim
+        raises("transpose((2, 3.5), (3, 1), 0, 1)", "TypeError"),  # _layout: ints
     ],
     "permute": [
         "permute((2, 3, 4), (12, 4, 1), (2, 0, 1))",
@@ -44,6 +46,7 @@ CASES: dict[str, list[Case | str]] = {
         "permute((), (), ())",
         raises("permute((2, 3), (3, 1), (0, 0))", "ValueError"),
         raises("permute((2, 3), (3, 1), (0,))", "ValueError"),
+        raises("permute((2, 3), (3, 1), (0, 2))", "IndexError"),  # out of range, as in torch
     ],
     "slice_dim": [
         "slice_dim((10,), (1,), 0, 0, 2, 9, 3)",
@@ -73,6 +76,7 @@ CASES: dict[str, list[Case | str]] = {
         "view_strides((2, 3, 4), (24, 4, 1), (6, 4))",
         "view_strides((2, 3, 4), (12, 4, 1), (-1, 1, 4, 1))",
         "view_strides((3, 1, 4), (4, 7, 1), (12,))",
+        "view_strides((4, 6), (1, 4), (1, 4, 1, 6))",  # size-1 dims taken with each chunk
         "view_strides((3, 4), (0, 1), (12,))",
         "view_strides((0, 4), (4, 1), (2, 0, 2))",
         "view_strides((0, 3), (6, 2), (0, 3))",
@@ -100,6 +104,7 @@ CASES: dict[str, list[Case | str]] = {
         "broadcast_shapes([2, 1, 3], [2, 3, 1])",
         raises("broadcast_shapes((2, 3), (4, 3))", "ValueError"),
         raises("broadcast_shapes((5, 1, 2), (3, 3))", "ValueError"),
+        raises("broadcast_shapes((0,), (4,))", "ValueError"),  # 0 with 4 fails
     ],
     "split_heads": [
         "split_heads(torch.arange(24.).reshape(1, 2, 12), 3)",

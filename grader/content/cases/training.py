@@ -32,6 +32,7 @@ CASES: dict[str, list[Case | str]] = {
         "train_step_flops(32, 4096, 4096, 32000, 1, d_ff=16512, recompute=True)",  # Llama 2 7B
         raises("train_step_flops(2, 16, 8, 50, 0)", "ValueError"),
         raises("train_step_flops(2, 16.5, 8, 50, 2)", "TypeError"),
+        raises("train_step_flops(2.5, 64, 64, 256, 8)", "TypeError"),
         raises("train_step_flops(2, 16, 8, 50, 2, recompute='yes')", "TypeError"),
     ],
     "saved_activation_bytes": [
@@ -50,6 +51,7 @@ CASES: dict[str, list[Case | str]] = {
         raises("saved_activation_bytes(2, 16, 4, 8, 50, 2, dtype=torch.int32)", "TypeError"),
         raises("saved_activation_bytes(2, 16, 4, 8, 50, 2, checkpoint_blocks=1)", "TypeError"),
         raises("saved_activation_bytes(2, 16.0, 4, 8, 50, 2)", "TypeError"),
+        raises("saved_activation_bytes(2.5, 64, 4, 64, 256, 8)", "TypeError"),
     ],
     "loss_scale_update": [
         "loss_scale_update(65536.0, 0, False)",
@@ -62,6 +64,10 @@ CASES: dict[str, list[Case | str]] = {
         Case("loss_scale_update(0.1, 0, False)", **_F32),  # stored as float32(0.1)
         "loss_scale_update(2.0 ** 127, 0, False, growth_interval=1)",  # 2**128 overflows
         "loss_scale_update(0.0, 0, True)",
+        "loss_scale_update(1024.0, 9, True, growth_interval=10)",  # overflow wins at the interval
+        # Rounded to float32 first, on a step that keeps the scale: exactly float32's value (the
+        # tolerance of the products cannot see a rounding of the scale alone).
+        "loss_scale_update(1000.1, 3, False)[0] == _float32(1000.1)",
         raises("loss_scale_update(-1.0, 0, False)", "ValueError"),
         raises("loss_scale_update(65536.0, 0, 1)", "TypeError"),
         raises("loss_scale_update(65536.0, 2000, False)", "ValueError"),
@@ -69,6 +75,10 @@ CASES: dict[str, list[Case | str]] = {
         raises("loss_scale_update(65536.0, 0, False, backoff_factor=1.5)", "ValueError"),
         raises("loss_scale_update(math.inf, 0, False)", "ValueError"),
         raises("loss_scale_update(65536.0, 0, False, growth_factor=math.inf)", "ValueError"),
+        raises("loss_scale_update(65536.0, -1, False)", "ValueError"),
+        raises("loss_scale_update(65536.0, 0, False, backoff_factor=0.0)", "ValueError"),
+        raises("loss_scale_update(65536.0, 0, False, growth_interval=0)", "ValueError"),
+        raises("loss_scale_update(65536.0, 0, False, growth_interval=2.5)", "TypeError"),
     ],
     "checkpoint_bytes": [
         "checkpoint_bytes(*run_recipe(TinyTransformer(50, 16, 2, 4), 'fp32'))",
