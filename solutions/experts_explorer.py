@@ -152,6 +152,8 @@ def experts_explorer(models: dict[str, dict], gpu: dict, node: dict) -> widgets.
     def control(widget: widgets.DOMWidget, name: str) -> widgets.DOMWidget:
         widget.add_class(f"ctc-{name}")  # a handle for the browser test
         widget.style.description_width = "170px"
+        if isinstance(widget, widgets.SelectionSlider):  # its readout takes no typing: the
+            widget.add_class("ctc-choice-slider")  # lab's style (grader/lab/labextension) says so
         widget.layout.width = "560px"
         return widget
 

@@ -9,6 +9,7 @@ import math
 import re
 from pathlib import Path
 
+import ipywidgets as widgets
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -103,6 +104,10 @@ def test_the_panel_shows_the_plan_of_its_controls() -> None:
     controls = {c._dom_classes[0].removeprefix("ctc-"): c for c in panel.children
                 if getattr(c, "_dom_classes", ())}
     assert set(controls) == {"model", "experts", "top-k", "batch", "ep"}
+    # a slider of choices shows its value in a readout that takes no typing (lesson 08's too)
+    assert all("ctc-choice-slider" in c._dom_classes for c in controls.values()
+               if isinstance(c, widgets.SelectionSlider))
+    assert "ctc-choice-slider" in controls["batch"]._dom_classes
     mixtral = MOE["Mixtral 8x7B"]
     plan = moe_plan(mixtral, 8, 2, 1, 2, H100, NODE)
     values = shown(panel)
