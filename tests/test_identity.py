@@ -542,38 +542,35 @@ def test_a_new_hand_in_under_an_id_graded_for_someone_else_is_flagged(tmp_path) 
     assert same.identity == []
 
 
-def test_a_groups_notebook_with_no_record_of_whose_numbers_asks_for_a_look(tmp_path) -> None:
-    from grader.gradebook.identity import draw_student
-
-    path = tmp_path / NOTEBOOK
-    nbformat.write(nbformat.v4.new_notebook(), path)
-    record = {"course_id": "una", "group": ["dos", "una"]}
-    whose, why = draw_student(record, "una", path)
-    assert whose == "una" and "records no member's numbers" in why
-    assert draw_student({"course_id": "una"}, "una", path) == ("una", "")
-
-
-def test_a_groups_unrecorded_notebook_is_looked_at_only_where_the_draw_can_cost_a_member(
+def test_a_groups_notebook_with_no_record_of_whose_numbers_asks_for_a_look_where_it_can_cost(
         tmp_path) -> None:
-    """A group's blank notebook, or one whose members drew the same numbers, loses nothing to
-    whose numbers it is graded on; one that answers a prediction drawn apart does."""
+    """A group's notebook that records no member's numbers is graded for each on their own,
+    with a reason to look where a member can lose by it: it answers a prediction drawn apart
+    for them. A blank one, or one whose members drew alike, loses nothing to the draw."""
     from grader.content.variants import lesson_draw
-    from grader.gradebook.received import members_differ
+    from grader.gradebook.identity import draw_student
     from grader.grading.probe import exercises
 
     key = bytes(range(32))
     draws = {s: lesson_draw(key, LESSON, s).variants for s in (f"s{i}" for i in range(20))}
-    apart = next([a, b] for a in draws for b in draws if draws[a] != draws[b])
-    alike = next([a, b] for a in draws for b in draws if a != b and draws[a] == draws[b])
-    blank = tmp_path / "blank.ipynb"
+    apart = next(sorted([a, b]) for a in draws for b in draws if draws[a] != draws[b])
+    alike = next(sorted([a, b]) for a in draws for b in draws
+                 if a != b and draws[a] == draws[b])
     nb = nbformat.read(LESSON.notebook, as_version=4)  # the reference: every cell answered
-    nbformat.write(nb, tmp_path / "answered.ipynb")
+    answered, blank = tmp_path / "answered.ipynb", tmp_path / "blank.ipynb"
+    nbformat.write(nb, answered)
     prediction = next(e for e in exercises(LESSON) if e.prediction)
     cell(nb, prediction.name).source = prediction.stub
     nbformat.write(nb, blank)
-    assert members_differ(key, LESSON, apart, tmp_path / "answered.ipynb")
-    assert not members_differ(key, LESSON, apart, blank)
-    assert not members_differ(key, LESSON, alike, tmp_path / "answered.ipynb")
+    own = apart[1]
+    whose, why = draw_student({"course_id": own, "group": apart}, own, answered, key, LESSON)
+    assert whose == own and "records no member's numbers" in why
+    for group, notebook in ((apart, blank), (alike, answered)):
+        assert draw_student({"course_id": group[1], "group": group}, group[1], notebook, key,
+                            LESSON) == (group[1], "")
+    assert draw_student({"course_id": own, "group": apart}, own, answered, None,
+                        LESSON) == (own, "")  # no key: everyone on the defaults
+    assert draw_student({"course_id": own}, own, answered, key, LESSON) == (own, "")
 
 
 def test_a_keyless_course_refuses_hand_ins_drawn_with_a_key_and_takes_it_back(

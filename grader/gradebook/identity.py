@@ -273,11 +273,14 @@ def identify_handins(course, lesson, layout: str, handins: list, stored: dict[st
                 "one id? this grade replaces that one; look at both")
 
 
-def draw_student(handin_record: dict, student_id: str, notebook) -> tuple[str, str]:
+def draw_student(handin_record: dict, student_id: str, notebook, key: bytes | None,
+                 lesson) -> tuple[str, str]:
     """Whose numbers a hand-in is graded on: its student's course id; for a group's hand-in,
     the member whose numbers the notebook records it was worked on (the one most of its
-    variant cells name), else its own, with a reason to look (a group's notebook whose outputs
-    were cleared: its members may lose the prediction to numbers it was not worked on)."""
+    variant cells name), else its own, with a reason to look where that can cost a member: a
+    group's notebook whose outputs were cleared and that answers a graded prediction drawn
+    apart for its members under the course's ``key`` (a blank notebook, or members who drew
+    alike, lose nothing to the draw)."""
     own = str(handin_record.get("course_id") or canonical(student_id))
     group = handin_record.get("group") or []
     if len(group) < 2:
@@ -289,15 +292,30 @@ def draw_student(handin_record: dict, student_id: str, notebook) -> tuple[str, s
     from grader.grading.autograde import recorded_variants
 
     try:
-        named = Counter(canonical(student) for _, student, _, _ in recorded_variants(
-            nbformat.read(notebook, as_version=4)) if student and canonical(student) in group)
+        nb = nbformat.read(notebook, as_version=4)
+        named = Counter(canonical(student) for _, student, _, _ in recorded_variants(nb)
+                        if student and canonical(student) in group)
     except Exception:  # an unreadable notebook: grading says so
         return own, ""
     if named:
         return named.most_common(1)[0][0], ""
+    if key is None or not _drawn_apart(key, lesson, group, nb):
+        return own, ""
     return own, ("a group's hand-in (" + inert(", ".join(group), 200) + ") whose notebook "
                  "records no member's numbers (its outputs cleared?): each member is graded on "
                  "their own numbers; look at the prediction")
+
+
+def _drawn_apart(key: bytes, lesson, group: list[str], nb) -> bool:
+    """Whether ``nb`` answers a graded prediction of ``lesson`` drawn differently for the
+    members of ``group``."""
+    from grader.content.variants import lesson_draw
+    from grader.grading.probe import exercises, unattempted
+
+    draws = [lesson_draw(key, lesson, member).variants for member in group]
+    apart = {name for name in draws[0] if len({d.get(name) for d in draws}) > 1}
+    return any(e.prediction and e.name in apart and not unattempted(nb, e)
+               for e in exercises(lesson))
 
 
 def course_ids(course) -> list[str]:

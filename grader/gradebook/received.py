@@ -129,12 +129,11 @@ def receive(course, lesson: Lesson, handin: Handin, private: Path, key: bytes | 
         own.parent.mkdir(parents=True, exist_ok=True)
         own.write_bytes(data)
         record = course.handins.get(lesson.name, {}).get(name, {})
-        whose, why = draw_student(record, name, own)
+        whose, why = draw_student(record, name, own, key, lesson)
         drawn = lesson_draw(key, lesson, whose)
         if len(record.get("group") or []) > 1:
             drawn = replace(drawn, group=tuple(record["group"]))
-            if why and key is not None and members_differ(key, lesson, record["group"], own):
-                reasons.append(why)
+            reasons += [why] if why else []
     except OSError as error:
         if is_disk_error(error):  # our disk, not the student's file
             raise Unavailable(f"the disk holding {course.root} cannot be written",
@@ -143,26 +142,6 @@ def receive(course, lesson: Lesson, handin: Handin, private: Path, key: bytes | 
                                         f"({error.strerror or type(error).__name__})",
                                         *reasons])
     return name, own, list(reasons), hashlib.sha256(data).hexdigest(), drawn
-
-
-def members_differ(key: bytes, lesson: Lesson, group: list[str], notebook: Path) -> bool:
-    """Whether a group's notebook that records no member's numbers may have been worked on
-    numbers other than its own: some graded prediction it attempts was drawn differently for
-    its members (a blank notebook, or members who drew alike, lose nothing to the draw)."""
-    import nbformat
-
-    from grader.grading.probe import exercises, unattempted
-
-    draws = [lesson_draw(key, lesson, member).variants for member in group]
-    differ = {name for name in draws[0] if len({d.get(name) for d in draws}) > 1}
-    if not differ:
-        return False
-    try:
-        nb = nbformat.read(notebook, as_version=4)
-    except Exception:  # an unreadable notebook: grading says so
-        return False
-    return any(e.prediction and e.name in differ and not unattempted(nb, e)
-               for e in exercises(lesson))
 
 
 # A notebook name as a browser, Jupyter or an LMS changes it when a file is saved or handed
