@@ -27,9 +27,7 @@ beyond its compute is the exposed traffic.
 from __future__ import annotations
 
 import heapq
-import json
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -37,13 +35,7 @@ from hypothesis import strategies as st
 
 from solutions.backprop import model_params
 from solutions.parallel_plan import parallel_plan
-
-DATA = Path(__file__).resolve().parent.parent / "data"
-MODELS = json.loads((DATA / "models.json").read_text())["models"]
-H100 = json.loads((DATA / "hardware.json").read_text())["accelerators"]["H100 SXM"]
-NODE = json.loads((DATA / "interconnects.json").read_text())["H100 SXM node"]
-PEAK, GPU_BYTES = H100["peak_flops"]["bf16"], H100["memory_bytes"]
-LLAMA = MODELS["Llama 3 70B"]
+from tests.test_parallel_explorer import GPU_BYTES, LLAMA, NODE, PEAK
 
 
 class Timeline:
