@@ -527,3 +527,33 @@ def test_a_commands_help_starts_with_its_own_usage(capsys) -> None:
         main(["autograde", "--help"])
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("usage: python -m grader autograde "), first
+
+
+def test_a_new_gradebook_is_stamped_with_nbgraders_head_without_a_second_python(
+        tmp_path, monkeypatch) -> None:
+    """nbgrader stamps a new gradebook with its schema's Alembic head by running `alembic
+    heads` (a second Python, 2 to 5 CPU seconds a course); the grader reads the same head in
+    its own process (grader/gradebook/schema.py): the revision the command prints, and no
+    process started to make the gradebook."""
+    import sqlite3
+
+    from nbgrader.dbutil import _temp_alembic_ini
+
+    from grader.gradebook.coursedir import CourseDir
+    from grader.gradebook.schema import alembic_head
+
+    with _temp_alembic_ini(f"sqlite:///{tmp_path / 'unused.db'}") as ini:
+        printed = subprocess.run([Path(sys.executable).parent / "alembic", "-c", ini, "heads"],
+                                 capture_output=True, text=True, check=True).stdout
+    assert printed.split()[:2] == [alembic_head(), "(head)"], printed
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "check_output", no_process)
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    with CourseDir(tmp_path / "course", log=lambda _: None).gradebook():
+        pass
+    with sqlite3.connect(tmp_path / "course" / "gradebook.db") as db:
+        [(stamped,)] = db.execute("SELECT version_num FROM alembic_version").fetchall()
+    assert stamped == alembic_head()

@@ -50,8 +50,10 @@ STATUS_FILE = "grading_status.json"
 TEMPLATES = Path(__file__).resolve().parents[1] / "outputs" / "templates"
 
 # `python -m nbgrader`, after `import grader` (which spares it a second of jsonschema's start:
-# grader/__init__.py).
-NBGRADER = ("import runpy, sys, grader; sys.argv[0] = 'nbgrader'; "
+# grader/__init__.py), stamping a new gradebook without a second Python
+# (grader/gradebook/schema.py).
+NBGRADER = ("import runpy, sys, grader.gradebook.schema as schema; schema.stamp_in_process(); "
+            "sys.argv[0] = 'nbgrader'; "
             "runpy.run_module('nbgrader', run_name='__main__', alter_sys=True)")
 
 CONFIG_TEMPLATE = """\
@@ -151,6 +153,9 @@ class CourseDir:
     def gradebook(self):
         from nbgrader.api import Gradebook
 
+        from grader.gradebook.schema import stamp_in_process
+
+        stamp_in_process()
         return Gradebook(self.db_url, course_id=COURSE_ID)
 
     def is_released(self, lesson: Lesson) -> bool:
