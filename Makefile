@@ -14,7 +14,7 @@ HUB_PYTHON ?= /usr/bin/python3
 HUB_PINNED := jupyterhub|jupyterlab|jupyter_server|nbgrader|ipykernel|ipywidgets|notebook
 HUB_STAMP := $(VENV)/.hub-installed
 
-.PHONY: lab lab-smoke demo test lint setup clean labextension
+.PHONY: lab lab-smoke demo test test-quick lint setup clean labextension
 
 # Installs again only when pyproject.toml changes. Grading sandboxes student code with
 # bubblewrap (Linux only); the browser test drives Debian's chromium; the tests of grading on
@@ -68,6 +68,12 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed $(HUB_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=30
+
+# The authors' inner loop, not CI's: the tests not marked slow (reference code against its
+# oracles, unit and property tests, the docs, the layers), without grading, notebooks run end
+# to end, browsers or servers. CI runs `make test`, the README's command.
+test-quick: $(VENV)/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup -m "not slow" --durations=10
 
 # The course's Validate button (grader/lab/labextension/): its build is committed, so that students
 # need no Node.js; after changing index.js or style/, rebuild it here (needs npm) and commit.

@@ -5,8 +5,10 @@ so a test run's result does not depend on luck. ``HYPOTHESIS_PROFILE=explore mak
 fresh examples each run, to look for new failures; record any it finds as an ``@example``.
 """
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
@@ -54,10 +56,10 @@ def shared_tmp(tmp_path_factory) -> "os.PathLike":
     return folder
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
-    """One headless Chromium (Debian's) per test module that drives a page. Playwright's sync API
-    allows one driver at a time, so a module's lab servers share it."""
+    """One headless Chromium (Debian's) per test worker, for every test that drives a page.
+    Playwright's sync API allows one driver at a time, so the lab servers share it."""
     import shutil
 
     playwright = pytest.importorskip("playwright.sync_api")
@@ -71,3 +73,55 @@ def browser():
                                           args=flags)
         yield chromium
         chromium.close()
+
+
+class SharedLab:
+    """A JupyterLab server over ``root``, with the course's lab settings and no student id,
+    and the browser that drives it; ``serving`` lends it to a test module."""
+
+    def __init__(self, root, base: str, token: str, browser) -> None:
+        self.root, self.base, self.token, self.browser = root, base, token, browser
+
+    @contextlib.contextmanager
+    def serving(self, folders: dict):
+        """Copies of ``folders`` (name: folder) in the server's root while in the block, each
+        module's under names of its own; yields (base URL, token, browser). At the end, the
+        module's pages are closed and the kernels of notebooks under those names shut down, as
+        a student closing them would."""
+        import json
+        import shutil
+        import urllib.request
+
+        for name, folder in folders.items():
+            shutil.copytree(folder, self.root / name)
+        try:
+            yield self.base, self.token, self.browser
+        finally:
+            for context in list(self.browser.contexts):  # the module's pages, closed
+                context.close()
+            headers = {"Authorization": f"token {self.token}"}
+            with urllib.request.urlopen(urllib.request.Request(
+                    f"{self.base}/api/sessions", headers=headers), timeout=30) as response:
+                sessions = json.load(response)
+            for session in sessions:
+                if session.get("path", "").split("/")[0] in folders:
+                    urllib.request.urlopen(urllib.request.Request(
+                        f"{self.base}/api/sessions/{session['id']}", headers=headers,
+                        method="DELETE"), timeout=30).close()
+
+
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory, browser) -> "Iterator[SharedLab]":
+    """One JupyterLab server per test worker for every browser test that needs no student id
+    of its own (tests/test_browser.py's student and instructor runs, each explorer's test):
+    a lab server costs seconds to start. Each module copies its folders in under names of its
+    own and opens its pages in workspaces of their own, so no tab or kernel is shared."""
+    from grader.course import Course
+    from grader.lab.server import lab_environment, running_lab
+
+    tmp = tmp_path_factory.mktemp("shared-lab")
+    (tmp / "root").mkdir()
+    course = Course(tmp / "course", log=lambda _: None)
+    with running_lab(tmp / "root", lab_environment(course), 0,
+                     "--LabApp.expose_app_in_browser=True") as (base, token):
+        yield SharedLab(tmp / "root", base, token, browser)

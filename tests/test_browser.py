@@ -15,7 +15,6 @@ says so in one line. Screenshots are saved in build/screenshots/ for the test lo
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import time
@@ -52,26 +51,13 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-@contextlib.contextmanager
-def lab_over(tmp: Path, folders: dict[str, Path], course: Course | None = None):
-    """A lab server (for the length of the block) over copies of ``folders`` (name: folder)
-    in ``tmp``/root, with the course's lab settings; yields its base URL and token."""
-    course = course or Course(tmp / "course", log=lambda _: None)
-    for name, folder in folders.items():
-        shutil.copytree(folder, tmp / "root" / name)
-    with running_lab(tmp / "root", lab_environment(course), 0,
-                     "--LabApp.expose_app_in_browser=True") as (base, token):
-        yield base, token
-
-
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, browser, shared_tmp):
-    """A lab server over copies of two folders: the student version (the session's release)
-    and the instructor version."""
-    tmp = tmp_path_factory.mktemp("browser")
+def lab(shared_lab, shared_tmp):
+    """The worker's lab server (conftest's ``shared_lab``: no student id) over copies of two
+    folders: the student version (the session's release) and the instructor version."""
     folders = {"student": released(LESSON, shared_tmp), "instructor": LESSON.folder}
-    with lab_over(tmp, folders) as (base, token):
-        yield base, token, browser
+    with shared_lab.serving(folders) as served:
+        yield served
 
 
 KERNEL_STATUS = """() => {

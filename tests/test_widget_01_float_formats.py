@@ -8,16 +8,24 @@ import time
 
 import pytest
 
+from grader.content.lessons import load_lesson
 from solutions.float_explorer import bit_readout
 from solutions.floats import FP8_E4M3, FP16, decode
-from tests import test_browser
 from tests.test_browser import CHROMIUM, SCREENSHOTS, run_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-01"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 
-lab = test_browser.lab  # the fixture: a lab server over lesson 01's student and instructor versions
+FOLDER = "widget-01"  # the instructor version's folder in the shared lab
+
+
+@pytest.fixture(scope="module")
+def lab(shared_lab):
+    """The worker's lab server (conftest's ``shared_lab``) over lesson 01's instructor
+    version."""
+    with shared_lab.serving({FOLDER: load_lesson("01_float_formats").folder}) as served:
+        yield served
 
 
 def readout(page) -> dict[str, str]:
@@ -39,7 +47,7 @@ def shows(page, bits: int, fmt, timeout: float = 30) -> dict[str, str]:
 
 def test_switching_bits_shows_what_decode_gives(lab) -> None:
     base, token, browser = lab
-    page = run_all(browser, base, token, "instructor", "widget-float-explorer")
+    page = run_all(browser, base, token, FOLDER, "widget-float-explorer")
     page.locator(".ctc-float-readout").scroll_into_view_if_needed()
     assert shows(page, 0x3C00, FP16)["value"] == repr(decode(0x3C00, FP16)) == "1.0"
 

@@ -20,7 +20,6 @@ from tests.test_browser import (
     SCREENSHOTS,
     assert_every_plot_fits,
     error_texts,
-    lab_over,
     run_all,
 )
 
@@ -28,16 +27,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-03"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 
+FOLDER = "widget-03"  # the instructor version's folder in the shared lab
 LESSON = load_lesson("03_matmul_flops")
 HARDWARE = load_hardware()
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, browser):
-    """A lab server over the lesson's instructor version."""
-    folders = {"instructor": LESSON.folder}
-    with lab_over(tmp_path_factory.mktemp("widget-03"), folders) as (base, token):
-        yield base, token, browser
+def lab(shared_lab):
+    """The worker's lab server (conftest's ``shared_lab``) over the lesson's instructor version."""
+    with shared_lab.serving({FOLDER: LESSON.folder}) as served:
+        yield served
 
 
 def shown(page, key: str) -> float:
@@ -64,7 +63,7 @@ def bf16_intensity(m: int, k: int, n: int, bytes_per_element: int = 2) -> float:
 def page(lab):
     """The instructor version, run top to bottom in a 1280×720 window: no error on the page."""
     base, token, browser = lab
-    page = run_all(browser, base, token, "instructor", "widget-03-run-all",
+    page = run_all(browser, base, token, FOLDER, "widget-03-run-all",
                    notebook=LESSON.notebook.name, viewport=(1280, 720))
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
     return page

@@ -15,22 +15,23 @@ import pytest
 from grader.content.lessons import load_lesson
 from solutions.backprop import gated_mlp_d_ff, transformer_params
 from solutions.memory_explorer import _gb, memory_budget
-from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
+from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, run_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-05"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 
+FOLDER = "widget-05"  # the instructor version's folder in the shared lab
 LESSON = load_lesson("05_adamw_memory")
 MODELS = json.loads((LESSON.folder / "models.json").read_text())["models"]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, browser):
-    """A lab server over the instructor version of lesson 05."""
-    folders = {"instructor": LESSON.folder}
-    with lab_over(tmp_path_factory.mktemp("widget-05"), folders) as (base, token):
-        yield base, token, browser
+def lab(shared_lab):
+    """The worker's lab server (conftest's ``shared_lab``) over the instructor version
+    of lesson 05."""
+    with shared_lab.serving({FOLDER: LESSON.folder}) as served:
+        yield served
 
 
 def reference_total(**changes) -> int:
@@ -64,7 +65,7 @@ def wait_for_total(page, before: int, timeout: float = 30) -> tuple[int, str]:
 
 def test_moving_the_explorers_controls_shows_the_reference_budget(lab) -> None:
     base, token, browser = lab
-    page = run_all(browser, base, token, "instructor", "widget-05",
+    page = run_all(browser, base, token, FOLDER, "widget-05",
                    notebook=LESSON.notebook.name)
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
     panel = page.locator(".ctc-budget")

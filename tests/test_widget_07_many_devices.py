@@ -19,7 +19,6 @@ from tests.test_browser import (
     SCREENSHOTS,
     assert_every_plot_fits,
     error_texts,
-    lab_over,
     run_all,
 )
 
@@ -27,6 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-07"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 
+FOLDER = "widget-07"  # the instructor version's folder in the shared lab
 LESSON = load_lesson("07_many_devices")
 MODELS = json.loads((LESSON.folder / "models.json").read_text())["models"]
 H100 = json.loads((LESSON.folder / "hardware.json").read_text())["accelerators"]["H100 SXM"]
@@ -34,11 +34,11 @@ NODE = json.loads((LESSON.folder / "interconnects.json").read_text())["H100 SXM 
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, browser):
-    """A lab server over the instructor version of lesson 07."""
-    with lab_over(tmp_path_factory.mktemp("widget-07"), {"instructor": LESSON.folder}) as (
-            base, token):
-        yield base, token, browser
+def lab(shared_lab):
+    """The worker's lab server (conftest's ``shared_lab``) over the instructor version
+    of lesson 07."""
+    with shared_lab.serving({FOLDER: LESSON.folder}) as served:
+        yield served
 
 
 def reference(**changes) -> dict:
@@ -67,7 +67,7 @@ def wait_for(page, expected: int, timeout: float = 30) -> int:
 def page(lab):
     """The instructor version, run top to bottom in a 1280×720 window: no error on the page."""
     base, token, browser = lab
-    page = run_all(browser, base, token, "instructor", "widget-07",
+    page = run_all(browser, base, token, FOLDER, "widget-07",
                    notebook=LESSON.notebook.name, viewport=(1280, 720))
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
     return page

@@ -13,23 +13,24 @@ import pytest
 
 from grader.content.lessons import load_lesson
 from solutions.inference_explorer import _gb, serving_plan
-from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
+from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, run_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-08"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 
+FOLDER = "widget-08"  # the instructor version's folder in the shared lab
 LESSON = load_lesson("08_inference")
 MODELS = json.loads((LESSON.folder / "models.json").read_text())["models"]
 ACCELERATORS = json.loads((LESSON.folder / "hardware.json").read_text())["accelerators"]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, browser):
-    """A lab server over the instructor version of lesson 08."""
-    folders = {"instructor": LESSON.folder}
-    with lab_over(tmp_path_factory.mktemp("widget-08"), folders) as (base, token):
-        yield base, token, browser
+def lab(shared_lab):
+    """The worker's lab server (conftest's ``shared_lab``) over the instructor version
+    of lesson 08."""
+    with shared_lab.serving({FOLDER: LESSON.folder}) as served:
+        yield served
 
 
 def reference(**changes) -> dict:
@@ -56,7 +57,7 @@ def wait_for(page, part: str, value: str, timeout: float = 30) -> tuple[str, str
 
 def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     base, token, browser = lab
-    page = run_all(browser, base, token, "instructor", "widget-08",
+    page = run_all(browser, base, token, FOLDER, "widget-08",
                    notebook=LESSON.notebook.name)
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
     panel = page.locator(".ctc-serving")

@@ -12,12 +12,13 @@ import pytest
 
 from grader.content.lessons import load_lesson
 from solutions.experts_explorer import moe_plan
-from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, lab_over, run_all
+from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, run_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-09"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
                                  "(make test installs it where it can)")]
 
+FOLDER = "widget-09"  # the instructor version's folder in the shared lab
 LESSON = load_lesson("09_experts")
 MODELS = json.loads((LESSON.folder / "models.json").read_text())["moe_models"]
 H100 = json.loads((LESSON.folder / "hardware.json").read_text())["accelerators"]["H100 SXM"]
@@ -25,11 +26,11 @@ NODE = json.loads((LESSON.folder / "interconnects.json").read_text())["H100 SXM 
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, browser):
-    """A lab server over the instructor version of lesson 09."""
-    folders = {"instructor": LESSON.folder}
-    with lab_over(tmp_path_factory.mktemp("widget-09"), folders) as (base, token):
-        yield base, token, browser
+def lab(shared_lab):
+    """The worker's lab server (conftest's ``shared_lab``) over the instructor version
+    of lesson 09."""
+    with shared_lab.serving({FOLDER: LESSON.folder}) as served:
+        yield served
 
 
 def shown(page, part: str) -> str:
@@ -47,7 +48,7 @@ def wait_for(page, part: str, value: str, timeout: float = 30) -> str:
 
 def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     base, token, browser = lab
-    page = run_all(browser, base, token, "instructor", "widget-09",
+    page = run_all(browser, base, token, FOLDER, "widget-09",
                    notebook=LESSON.notebook.name)
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
     panel = page.locator(".ctc-moe")
