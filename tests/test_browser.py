@@ -9,8 +9,9 @@ neither as passing (lesson 01 in the dialog, the others from the button's addres
 server, a lab with a student id); a notebook worked on the default numbers, opened with an id,
 is said to be so first. In lesson 01 Validate also answers a notebook partly done, with a cell
 that raises, a SyntaxError and a kernel the student interrupted. An instructor runs the
-instructor version top to bottom: no error, plots drawn; a cell run after Kernel > Restart
-says so in one line. Screenshots are saved in build/screenshots/ for the test log.
+instructor version top to bottom: no error, plots drawn; lesson 01's explorer shows what the
+reference decodes as bits are switched; a cell run after Kernel > Restart says so in one line.
+Screenshots are saved in build/screenshots/ for the test log.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import pytest
 from grader.content.lessons import all_lessons, load_lesson
 from grader.course import Course
 from grader.lab.server import lab_environment, running_lab
+from solutions.float_explorer import bit_readout
+from solutions.floats import FP8_E4M3, FP16, decode
 from tests.grading_helpers import (
     WRONG_ANSWERS,
     answered,
@@ -400,12 +403,63 @@ RESTART_AND_RUN = """async (index) => {
 }"""
 
 
-def test_instructor_version_runs_top_to_bottom_without_error_with_plots(lab) -> None:
+@pytest.fixture(scope="module")
+def instructor_page(lab):
+    """Lesson 01's instructor version, run top to bottom once, for the two tests below (its
+    explorer driven first, then Kernel > Restart)."""
+    base, token, browser = lab
+    return run_all(browser, base, token, "instructor", "instructor-run-all")
+
+
+def readout(page) -> dict[str, str]:
+    """The explorer's readout as shown on the page: label -> text."""
+    cells = page.eval_on_selector_all(".ctc-float-readout td",
+                                      "els => els.map(e => e.textContent)")
+    return dict(zip(cells[::2], cells[1::2], strict=True))
+
+
+def shows(page, bits: int, fmt, timeout: float = 30) -> dict[str, str]:
+    """Wait until the readout is the reference's for ``bits``; return what is shown."""
+    want = bit_readout(bits, fmt)
+    deadline = time.monotonic() + timeout
+    while (shown := readout(page)) != want and time.monotonic() < deadline:
+        time.sleep(0.2)  # the kernel answers each click
+    assert shown == want
+    return shown
+
+
+def test_switching_bits_shows_what_decode_gives(instructor_page) -> None:
+    """Lesson 01's explorer, on the instructor version's page: a bit switched with a click (and
+    one with the keyboard), and the explorer shows what the lesson's reference ``decode`` and
+    ``split_bits`` give for the new pattern. Before the test below restarts the kernel."""
+    page = instructor_page
+    page.locator(".ctc-float-readout").scroll_into_view_if_needed()
+    assert shows(page, 0x3C00, FP16)["value"] == repr(decode(0x3C00, FP16)) == "1.0"
+
+    page.locator(".ctc-bit-6").click()  # the first mantissa bit: 1.5
+    assert shows(page, 0x3E00, FP16)["value"] == repr(decode(0x3E00, FP16)) == "1.5"
+    page.locator(".ctc-bit-0").focus()  # the sign bit, from the keyboard
+    page.keyboard.press("Space")
+    assert shows(page, 0xBE00, FP16)["category"].startswith("normal")
+    page.locator(".ctc-bit-1").click()  # 01111 -> 11111: all ones, with a mantissa: NaN
+    assert shows(page, 0xFE00, FP16)["category"].startswith("NaN")
+
+    page.locator(".widget-dropdown select").select_option("fp8 E4M3")
+    shows(page, 0x38, FP8_E4M3)  # 1.0 in the format picked
+    assert page.locator("[class*='ctc-bit-']").count() == 8
+    for bit in (1, 5, 6):  # 0 0111 000 -> 0 1111 110, the largest E4M3 number
+        page.locator(f".ctc-bit-{bit}").click()
+    assert shows(page, 0x7E, FP8_E4M3)["value"] == repr(decode(0x7E, FP8_E4M3)) == "448.0"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    explorer = page.locator(".ctc-float-readout").locator("xpath=..")  # menu, bits, readout
+    explorer.screenshot(path=str(SCREENSHOTS / "float-explorer.png"))
+
+
+def test_instructor_version_runs_top_to_bottom_without_error_with_plots(instructor_page) -> None:
     """And then Kernel > Restart, and one cell run again before the cells above it: one line
     that says the kernel restarted (the lab's kernels install the course's messages at their
     start: grader/lab/kernel_startup.py)."""
-    base, token, browser = lab
-    page = run_all(browser, base, token, "instructor", "instructor-run-all")
+    page = instructor_page
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
     passed = page.eval_on_selector_all(".jp-OutputArea-output", "els => els.filter(e => "
                                        "e.textContent.includes('all visible checks passed'))"
