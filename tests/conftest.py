@@ -56,10 +56,12 @@ def shared_tmp(tmp_path_factory) -> "os.PathLike":
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """One headless Chromium (Debian's) per test worker, for every test that drives a page.
-    Playwright's sync API allows one driver at a time, so the lab servers share it."""
+    """One headless Chromium (Debian's) per test module that drives a page. Playwright's sync
+    API allows one driver at a time and keeps an event loop running in the test's thread while
+    it is open (so nbclient's ``asyncio.run`` in a later module would fail): a module's lab
+    servers share it, and it closes with the module."""
     import shutil
 
     playwright = pytest.importorskip("playwright.sync_api")
@@ -76,18 +78,17 @@ def browser():
 
 
 class SharedLab:
-    """A JupyterLab server over ``root``, with the course's lab settings and no student id,
-    and the browser that drives it; ``serving`` lends it to a test module."""
+    """A JupyterLab server over ``root``, with the course's lab settings and no student id;
+    ``serving`` lends it to a test module."""
 
-    def __init__(self, root, base: str, token: str, browser) -> None:
-        self.root, self.base, self.token, self.browser = root, base, token, browser
+    def __init__(self, root, base: str, token: str) -> None:
+        self.root, self.base, self.token = root, base, token
 
     @contextlib.contextmanager
     def serving(self, folders: dict):
         """Copies of ``folders`` (name: folder) in the server's root while in the block, each
-        module's under names of its own; yields (base URL, token, browser). At the end, the
-        module's pages are closed and the kernels of notebooks under those names shut down, as
-        a student closing them would."""
+        module's under names of its own; yields (base URL, token). At the end the kernels of
+        the notebooks under those names are shut down, as a student closing them would."""
         import json
         import shutil
         import urllib.request
@@ -95,10 +96,8 @@ class SharedLab:
         for name, folder in folders.items():
             shutil.copytree(folder, self.root / name)
         try:
-            yield self.base, self.token, self.browser
+            yield self.base, self.token
         finally:
-            for context in list(self.browser.contexts):  # the module's pages, closed
-                context.close()
             headers = {"Authorization": f"token {self.token}"}
             with urllib.request.urlopen(urllib.request.Request(
                     f"{self.base}/api/sessions", headers=headers), timeout=30) as response:
@@ -111,11 +110,12 @@ class SharedLab:
 
 
 @pytest.fixture(scope="session")
-def shared_lab(tmp_path_factory, browser) -> "Iterator[SharedLab]":
+def shared_lab(tmp_path_factory) -> "Iterator[SharedLab]":
     """One JupyterLab server per test worker for every browser test that needs no student id
     of its own (tests/test_browser.py's student and instructor runs, each explorer's test):
     a lab server costs seconds to start. Each module copies its folders in under names of its
-    own and opens its pages in workspaces of their own, so no tab or kernel is shared."""
+    own and opens its pages in workspaces of their own, so no tab or kernel is shared. (The
+    browser stays one per module: see ``browser``.)"""
     from grader.course import Course
     from grader.lab.server import lab_environment, running_lab
 
@@ -124,4 +124,4 @@ def shared_lab(tmp_path_factory, browser) -> "Iterator[SharedLab]":
     course = Course(tmp / "course", log=lambda _: None)
     with running_lab(tmp / "root", lab_environment(course), 0,
                      "--LabApp.expose_app_in_browser=True") as (base, token):
-        yield SharedLab(tmp / "root", base, token, browser)
+        yield SharedLab(tmp / "root", base, token)

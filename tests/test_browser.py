@@ -55,12 +55,12 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 
 
 @pytest.fixture(scope="module")
-def lab(shared_lab, shared_tmp):
+def lab(shared_lab, browser, shared_tmp):
     """The worker's lab server (conftest's ``shared_lab``: no student id) over copies of two
     folders: the student version (the session's release) and the instructor version."""
     folders = {"student": released(LESSON, shared_tmp), "instructor": LESSON.folder}
-    with shared_lab.serving(folders) as served:
-        yield served
+    with shared_lab.serving(folders) as (base, token):
+        yield base, token, browser
 
 
 KERNEL_STATUS = """() => {

@@ -33,10 +33,10 @@ HARDWARE = load_hardware()
 
 
 @pytest.fixture(scope="module")
-def lab(shared_lab):
+def lab(shared_lab, browser):
     """The worker's lab server (conftest's ``shared_lab``) over the lesson's instructor version."""
-    with shared_lab.serving({FOLDER: LESSON.folder}) as served:
-        yield served
+    with shared_lab.serving({FOLDER: LESSON.folder}) as (base, token):
+        yield base, token, browser
 
 
 def shown(page, key: str) -> float:

@@ -27,11 +27,11 @@ MODELS = json.loads((LESSON.folder / "models.json").read_text())["models"]
 
 
 @pytest.fixture(scope="module")
-def lab(shared_lab):
+def lab(shared_lab, browser):
     """The worker's lab server (conftest's ``shared_lab``) over the instructor version
     of lesson 05."""
-    with shared_lab.serving({FOLDER: LESSON.folder}) as served:
-        yield served
+    with shared_lab.serving({FOLDER: LESSON.folder}) as (base, token):
+        yield base, token, browser
 
 
 def reference_total(**changes) -> int:

@@ -26,11 +26,11 @@ ACCELERATORS = json.loads((LESSON.folder / "hardware.json").read_text())["accele
 
 
 @pytest.fixture(scope="module")
-def lab(shared_lab):
+def lab(shared_lab, browser):
     """The worker's lab server (conftest's ``shared_lab``) over the instructor version
     of lesson 08."""
-    with shared_lab.serving({FOLDER: LESSON.folder}) as served:
-        yield served
+    with shared_lab.serving({FOLDER: LESSON.folder}) as (base, token):
+        yield base, token, browser
 
 
 def reference(**changes) -> dict:

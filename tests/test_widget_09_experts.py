@@ -26,11 +26,11 @@ NODE = json.loads((LESSON.folder / "interconnects.json").read_text())["H100 SXM 
 
 
 @pytest.fixture(scope="module")
-def lab(shared_lab):
+def lab(shared_lab, browser):
     """The worker's lab server (conftest's ``shared_lab``) over the instructor version
     of lesson 09."""
-    with shared_lab.serving({FOLDER: LESSON.folder}) as served:
-        yield served
+    with shared_lab.serving({FOLDER: LESSON.folder}) as (base, token):
+        yield base, token, browser
 
 
 def shown(page, part: str) -> str:
