@@ -34,3 +34,17 @@ def test_the_figures_the_course_quotes() -> None:
     assert HARDWARE["H200 SXM"]["memory_bytes"] == 141e9
     # Hopper dense bf16 = 132 SMs x 4096 FLOP/clock x 1.83 GHz boost clock, to 0.1 TFLOP/s.
     assert round(132 * 4096 * 1.83e9 / 1e11) * 1e11 == h100["peak_flops"]["bf16"]
+
+
+@pytest.mark.parametrize("name", sorted(HARDWARE))
+def test_an_fp64_matmul_has_its_tensor_core_peak_beside_the_vector_one(name: str) -> None:
+    """fp64 is the datasheet's vector rate, fp64_tensor its FP64 Tensor Core rate, where an
+    fp64 matmul runs (issue 50: lesson 03's fp64 variant read the vector rate): twice it on
+    Ampere and Hopper (to the datasheets' rounding), the same on the H800, whose fp64 is cut
+    to 1 TFLOP/s on both."""
+    flops = HARDWARE[name]["peak_flops"]
+    assert flops["fp64"] <= flops["fp64_tensor"] <= 2.05 * flops["fp64"]
+    if name != "H800 SXM":
+        assert flops["fp64_tensor"] >= 1.95 * flops["fp64"]
+    if name in ("H100 SXM", "H200 SXM"):
+        assert (flops["fp64"], flops["fp64_tensor"]) == (34e12, 67e12)

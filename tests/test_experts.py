@@ -858,9 +858,9 @@ def test_the_numbers_the_lessons_text_states() -> None:
     # introduction: the published sizes, as models.json records them
     assert [(m["reported_total_params"], m["reported_active_params"]) for m in MOE.values()] == [
         (46.7e9, 12.9e9), (6.9e9, 1.3e9), (30.5e9, 3.3e9), (671e9, 37e9)]
-    # a batch of 64 routed evenly reads all 8 of Mixtral's experts and 87% of DeepSeek-V3's
-    assert round(expected_experts_touched(64, 8, 2), 6) == 8.0
-    assert round(100 * expected_experts_touched(64, 256, 8) / 256) == 87
+    # a batch of a few dozen tokens routed uniformly at random reads most of a layer's experts
+    # (the introduction gives no number: a share of E was one variant's answer, review 5)
+    assert all(expected_experts_touched(tokens, 256, 8) > 128 for tokens in (24, 36, 48))
     # section 2: the shares a token uses; Qwen3's heads; 29.9B; MLA's 187M against 470M
     assert [round(100 * a / t) for t, a in list(sizes.values())[:3]] == [28, 19, 11]
     assert qwen["head_dim"] == 128 and qwen["d_model"] // qwen["n_heads"] == 64

@@ -263,10 +263,12 @@ def test_instructor_notebook_runs_end_to_end_with_every_check_passing(lesson, sh
     nb, _, seconds = lecture_run(lesson, shared_tmp)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert errors == []
-    passed = [c for c in nb.cells if "all visible checks passed" in
-              "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
-                      for o in c.get("outputs", []))]
-    assert len(passed) == len(EXERCISES[lesson.name])
+    said = ["".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
+                    for o in c.get("outputs", [])) for c in nb.cells]
+    passed = [text for text in said if "all visible checks passed" in text]
+    recorded = [text for text in said if "recorded; graded when you hand in" in text]
+    assert len(recorded) == 1  # the graded prediction: recorded, never said to pass
+    assert len(passed) + len(recorded) == len(EXERCISES[lesson.name])
     images = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     assert images >= 2  # the lesson's plots rendered
     print(f"{lesson.name} ({mode}): {seconds:.1f} s")
@@ -387,6 +389,81 @@ def test_no_output_shows_a_student_their_own_graded_answer(lesson, shared_tmp) -
         for other in range(1, len(spec.choices)):
             answer = float(variant_answer(lesson, name, other))
             assert shows(text, answer) == [], (name, other, answer)
+
+
+PERCENTAGE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s?%")
+LATEX_POWER = re.compile(r"(\d(?:\.\d+)?)\s*\\times\s*10\^\{?(-?\d+)\}?")  # 6.10 \times 10^{-5}
+# What a graded prediction's answer is a share of, where it is one (a percentage of it would
+# give the answer away): the experts a decode step reads, of the layer's experts.
+SHARE_OF = {"predicted_experts_touched": "layer_experts"}
+
+
+def given_before(text: str, answer: float, band: float, whole: float | None) -> list[str]:
+    """The numbers of ``text`` that give ``answer`` within ``band`` (relative): a number as
+    ``printed_numbers`` reads it (bytes in any unit, LaTeX's powers of ten; a bare 4 or 16,
+    which every lesson prints, tells nothing), or a percentage of ``whole``, where the answer is
+    a share of one of the variant's numbers ("87% of DeepSeek-V3's 256" gives 221.5 experts)."""
+    text = LATEX_POWER.sub(r"\1e\2", text)
+    found = [printed for value, _, printed in printed_numbers(text)
+             if abs(value - answer) <= band * abs(answer)]
+    if whole is not None:
+        found += [match.group(0) for match in PERCENTAGE.finditer(text)
+                  if abs(float(match.group(1)) / 100 * whole - answer) <= band * abs(answer)]
+    return found
+
+
+def read_before(nb: nbformat.NotebookNode, index: int) -> str:
+    """What a student reads above cell ``index`` of a run notebook: the markdown, and what each
+    cell printed (its streams, errors and text results)."""
+    parts = []
+    for cell in nb.cells[:index]:
+        if cell.cell_type == "markdown":
+            parts.append(cell.source)
+        for output in cell.get("outputs", []):
+            parts += [output.get("text", ""), output.get("evalue", ""),
+                      *(str(v) for k, v in output.get("data", {}).items()
+                        if k.startswith("text/"))]
+    return "\n".join(parts)
+
+
+@pytest.mark.slow
+@by_name
+def test_no_text_or_output_before_a_prediction_gives_any_variants_answer(lesson,
+                                                                        shared_tmp) -> None:
+    """Predict, then measure: nothing a student reads above a graded prediction's cell (the
+    markdown, and every cell's output in the lecture run, the variant cell's included) gives
+    the answer of any variant a student with an id draws, within the graded band: not as a
+    number, nor as a percentage of what the answer is a share of. Lesson 09's first cell said
+    "87% of DeepSeek-V3's 256", one variant's answer to 0.1% (review 5): a student who drew it
+    wrote 0.87 * 256 and earned the point. (The default, which no one with an id draws, is the
+    text's own example: lesson 03's answer in bf16 is the ridge point it teaches first.) Below
+    a prediction the lesson measures the default, and the test above keeps every other
+    answer out of what it prints."""
+    from grader.content.cases import as_case
+    from grader.content.variants import variants_of
+    from grader.grading.plans import variant_answer
+
+    nb, _, _ = lecture_run(lesson, shared_tmp)
+    cases = importlib.import_module(lesson.cases).CASES
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
+    for name, spec in variants_of(lesson).items():
+        text = read_before(nb, ids.index(name))
+        [case] = map(as_case, cases[name])
+        for index in range(1, len(spec.choices)):
+            answer = float(variant_answer(lesson, name, index))
+            whole = spec.bound(index)[SHARE_OF[name]] if name in SHARE_OF else None
+            leaks = given_before(text, answer, case.rel_tol, whole)
+            assert leaks == [], (name, index, answer, leaks)
+
+
+def test_given_before_reads_numbers_powers_and_shares() -> None:
+    """The forms the test above looks for: a number within the band in any unit or as LaTeX
+    writes a power of ten, and a percentage of the whole the answer is a share of; a bare
+    small number, or one outside the band, is not one."""
+    text = "87% of 256; 221.0 or 0.22 kB; $2.2 \\times 10^{2}$; 22; 300; 0.2 kB and 95%"
+    assert given_before(text, 221.5, 0.05, 256) == ["221.0", "0.22 kB", "2.2e2", "87%"]
+    assert given_before(text, 221.5, 0.05, None) == ["221.0", "0.22 kB", "2.2e2"]
+    assert given_before("22 and 8", 22.5, 0.05, None) == []
 
 
 def test_printed_numbers_reads_each_form_a_cell_may_print() -> None:

@@ -107,10 +107,10 @@ def check_prediction(name: str, sealed: str | None = None, *, rel_tol: float = 0
         raise CheckFailed(f"{name}: write your prediction as a number (got {guess!r:.60})")
     shown = f"{name} = {readable(guess)}"
     if graded:
-        _verdict(f"{shown}: in, and all visible checks passed. It is graded once you hand it "
-                 f"in: within {rel_tol:.0%} of the answer for your numbers earns its point, and "
-                 "your feedback shows the answer. The next cells show why; keep your number, "
-                 "and compare.", "in")
+        _verdict(f"{shown}: recorded; graded when you hand in: within {rel_tol:.0%} of the "
+                 "answer for your numbers earns its point (only grading knows that answer), and "
+                 "your feedback shows it. The next cells show why; keep your number, and "
+                 "compare.", "in")
         return
     answer = _unseal(sealed)
     if _math.isclose(guess, answer, rel_tol=rel_tol):

@@ -148,12 +148,14 @@ CASES: dict[str, list[Case | str]] = {
 # Each student's decode step for the graded prediction: tokens in the batch, experts in the
 # layer, experts per token. In every one the batch's picks (T·k) are at least the experts, so
 # "all of them" is the tempting answer, and it misses; tests/test_experts.py simulates each
-# variant's router and holds the band's reasoning to it. The default is OLMoE's routing; the
-# others Qwen3's, DeepSeek-V3's, OLMoE's at half the batch, and Phi-3.5-MoE's (16 experts, 2).
+# variant's router and holds the band's reasoning to it. Each asks its own share of the layer
+# (T·k/E from 1 to 2, no two alike: 66% to 88% of the experts; three once shared T·k/E = 2, and
+# so one answer, 87% of E: review 5): the default is OLMoE's routing; the others OLMoE's at half
+# the batch, Phi-3.5-MoE's (16 experts, 2), Qwen3's at two batches, and DeepSeek-V3's.
 VARIANTS = {
     "predicted_experts_touched": Variants(
         ("batch_tokens", "layer_experts", "layer_top_k"),
-        ((16, 64, 8), (24, 128, 8), (64, 256, 8), (8, 64, 8), (12, 16, 2), (32, 128, 8)),
+        ((16, 64, 8), (30, 128, 8), (56, 256, 8), (8, 64, 8), (10, 16, 2), (18, 128, 8)),
         "a decode step of {batch_tokens} tokens through one layer of {layer_experts} "
         "experts, {layer_top_k} per token"),
 }

@@ -102,11 +102,13 @@ CASES: dict[str, list[Case | str]] = {
 # (tests/test_flops.py checks them against it): answers 295.3 tokens (H100 SXM in bf16, the
 # default, which the lesson's cells after the prediction work through), 19.1 (A100 SXM 80GB in
 # fp32, on its CUDA cores: 4-byte elements, so twice its fp32 ridge point), 27.9 (H200 SXM in
-# fp32), 25.1 (A100 SXM 40GB in fp32) and 40.6 (H100 SXM in fp64: 8-byte elements, four times
-# its ridge point). Every two answers are more than 10% apart, so the default's number, or
-# another GPU's, does not pass. None in bf16, fp16 or fp8 (twice the bf16 peak on elements of
-# half the bytes): their answer is a GPU's bf16 ridge point, which the lesson prints for every
-# GPU before the prediction.
+# fp32), 25.1 (A100 SXM 40GB in fp32) and 80.0 (H100 SXM in fp64: 8-byte elements, four times
+# its ridge point at the 67 TFLOP/s of its FP64 Tensor Cores, where an fp64 matmul runs;
+# hardware.json's fp64_tensor. Its fp64, 34, is the vector rate, which would give 40.6). Every
+# two answers are more than 10% apart, so the default's number, or another GPU's, does not
+# pass. None in bf16, fp16 or fp8 (twice the bf16 peak on elements of half the bytes): their
+# answer is a GPU's bf16 ridge point, which the lesson prints for every GPU before the
+# prediction.
 VARIANTS = {
     "predicted_critical_batch_h100": Variants(
         ("layer_gpu", "layer_dtype", "layer_bytes", "layer_peak_tflops", "layer_bandwidth_tbs"),
@@ -114,7 +116,7 @@ VARIANTS = {
          ("A100 SXM 80GB", "fp32", 4, 19.5, 2.039),
          ("H200 SXM", "fp32", 4, 67.0, 4.8),
          ("A100 SXM 40GB", "fp32", 4, 19.5, 1.555),
-         ("H100 SXM", "fp64", 8, 34.0, 3.35)),
+         ("H100 SXM", "fp64", 8, 67.0, 3.35)),
         "the layer runs on an {layer_gpu} in {layer_dtype} ({layer_bytes}-byte elements): "
         "{layer_peak_tflops:g} TFLOP/s dense, {layer_bandwidth_tbs:g} TB/s (hardware.json)"),
 }
