@@ -2,6 +2,7 @@
 # Both create .venv/ on first use and reuse it afterwards; re-running is cheap.
 
 PYTHON ?= python3
+, := ,
 VENV := .venv
 BIN := $(VENV)/bin
 # The CPU build of torch that this project's own machines install. Elsewhere pip takes whatever
@@ -16,23 +17,36 @@ HUB_STAMP := $(VENV)/.hub-installed
 
 .PHONY: lab lab-smoke demo test test-quick lint setup clean labextension
 
-# Installs again only when pyproject.toml changes. Grading sandboxes student code with
-# bubblewrap (Linux only); the browser test drives Debian's chromium; the tests of grading on
-# several machines start PostgreSQL and Redis servers on loopback. All are installed here when
-# we may (root with apt-get), else a note says what is missing (those tests are then skipped).
-SYSTEM_PACKAGES := bubblewrap chromium postgresql redis-server
+# Each install step runs again only when pyproject.toml changes. Three steps, each on top of
+# the one before: a student's lab (the lessons, JupyterLab, nbgrader: pyproject.toml's
+# dependencies, nothing else), an instructor's grading (`make setup`: the `grade` group, and
+# bubblewrap, which sandboxes student code, Linux only), the test suite (`make test`: the `dev`
+# group, Debian's chromium for the browser tests, PostgreSQL and Redis servers for the tests of
+# grading on several machines). System packages are installed where we may (root with apt-get),
+# else a note says what is missing (the tests that need them are then skipped).
+GRADE_STAMP := $(VENV)/.grade-installed
+DEV_STAMP := $(VENV)/.dev-installed
+apt_install = if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
+	  else echo "note: $(2) (Debian/Ubuntu: sudo apt-get install $(1))"; fi
+
 $(VENV)/.installed: pyproject.toml
-	@if ! command -v bwrap >/dev/null || ! command -v chromium >/dev/null \
-	    || ! command -v redis-server >/dev/null \
-	    || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      $(SYSTEM_PACKAGES) >/dev/null; \
-	  else echo "note: grading needs bubblewrap, the browser test chromium, the distributed" \
-	    "grading tests postgresql and redis-server (Debian/Ubuntu: sudo apt-get install" \
-	    "$(SYSTEM_PACKAGES))"; fi; fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet '$(TORCH)' && $(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet '$(TORCH)' && $(BIN)/python -m pip install --quiet -e .
+	@touch $@
+
+$(GRADE_STAMP): $(VENV)/.installed
+	@command -v bwrap >/dev/null || { $(call apt_install,bubblewrap,grading sandboxes student \
+	  code with bubblewrap); }
+	$(BIN)/python -m pip install --quiet -e '.[grade]'
+	@touch $@
+
+$(DEV_STAMP): $(GRADE_STAMP)
+	@if ! command -v chromium >/dev/null || ! command -v redis-server >/dev/null \
+	    || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  $(call apt_install,chromium postgresql redis-server,the browser tests need chromium$(,) \
+	    the tests of grading on several machines postgresql and redis-server); fi
+	$(BIN)/python -m pip install --quiet -e '.[grade,dev]'
 	@touch $@
 
 # What only tests/test_hub.py needs, so only `make test` builds it (not `make setup` or `make
@@ -40,7 +54,7 @@ $(VENV)/.installed: pyproject.toml
 # .venv/hub/, the course's environment again (this package, [hub]; the browser-facing packages
 # at .venv's versions) on the system's Python, for the test's single-user servers, which run as
 # other users who may not be allowed to run .venv's Python (pyenv's under /root is not).
-$(HUB_STAMP): $(VENV)/.installed
+$(HUB_STAMP): $(DEV_STAMP)
 	@if command -v npm >/dev/null; then \
 	  npm install --silent --no-fund --no-audit --prefix $(VENV)/node \
 	    configurable-http-proxy@$(CHP_VERSION) >/dev/null; \
@@ -54,7 +68,7 @@ $(HUB_STAMP): $(VENV)/.installed
 	  || echo "note: no environment for the JupyterHub test's single-user servers"; fi
 	@touch $@
 
-setup: $(VENV)/.installed
+setup: $(GRADE_STAMP)
 
 lab: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader lab $(if $(STUDENT),--student '$(STUDENT)') $(if $(CODE),--code '$(CODE)')
@@ -66,13 +80,13 @@ lab-smoke: $(VENV)/.installed
 demo: $(VENV)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grader demo $(LESSON)
 
-test: $(VENV)/.installed $(HUB_STAMP)
+test: $(DEV_STAMP) $(HUB_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=30
 
 # The authors' inner loop, not CI's: the tests not marked slow (reference code against its
 # oracles, unit and property tests, the docs, the layers), without grading, notebooks run end
 # to end, browsers or servers. CI runs `make test`, the README's command.
-test-quick: $(VENV)/.installed
+test-quick: $(DEV_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup -m "not slow" --durations=10
 
 # The course's Validate button (grader/lab/labextension/): its build is committed, so that students
@@ -87,7 +101,7 @@ labextension: $(VENV)/.installed
 	$(BIN)/python -c 'from grader.lab.server import button_sources; print(button_sources())' \
 	  > $(LABEXT)/built-from.txt
 
-lint: $(VENV)/.installed
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 
 clean:

@@ -22,7 +22,8 @@ def split_requirement(text: str) -> tuple[str, str]:
 
 def pyproject_requirements() -> dict[str, str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    listed = project["dependencies"] + project["optional-dependencies"]["dev"]
+    extras = project["optional-dependencies"]
+    listed = project["dependencies"] + extras["grade"] + extras["dev"]
     return dict(split_requirement(r) for r in listed)
 
 
@@ -59,20 +60,32 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
-def test_only_make_test_builds_what_the_hub_test_needs() -> None:
-    """A student's ``make lab`` and an instructor's ``make setup`` build .venv alone; the
-    JupyterHub test's own environment (.venv/hub/ as root, npm's proxy) costs minutes and
-    only ``make test`` builds it. ``-W pyproject.toml``: as though pyproject.toml had changed,
-    so that every recipe a fresh clone would run is printed."""
+def test_each_make_target_installs_only_what_its_user_needs() -> None:
+    """A student's ``make lab`` installs pyproject.toml's dependencies alone: no grading
+    servers' packages, no test tools, nothing from apt (issue 47: a first lab in 90 seconds);
+    an instructor's ``make setup`` adds the ``grade`` group and bubblewrap; ``make test`` adds
+    the ``dev`` group, chromium, PostgreSQL and Redis, and alone builds the JupyterHub test's
+    environment (.venv/hub/ as root, npm's proxy), which costs minutes. ``-W pyproject.toml``:
+    as though pyproject.toml had changed, so that every recipe a fresh clone would run is
+    printed. (That the lab runs with nothing of those groups importable: tests/test_lab.py.)"""
     def planned(target: str) -> str:
         return subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=REPO,
                               capture_output=True, text=True, check=True).stdout
 
-    for target in ("setup", "lab"):
+    for target in ("lab", "lab-smoke", "demo"):
         recipe = planned(target)
-        assert "pip install" in recipe and "-e '.[dev]'" in recipe, recipe
+        assert "pip install --quiet -e .\n" in recipe, recipe
+        assert "[grade" not in recipe and "[dev" not in recipe and "apt-get" not in recipe, recipe
+    setup = planned("setup")
+    assert "-e '.[grade]'" in setup and "bubblewrap" in setup and "[dev" not in setup, setup
+    for recipe in (setup, planned("lab")):
         assert ".venv/hub" not in recipe and "configurable-http-proxy" not in recipe, recipe
     recipe = planned("test")
+    assert "-e '.[grade,dev]'" in recipe and "postgresql redis-server" in recipe, recipe
     assert ".venv/hub" in recipe and "configurable-http-proxy" in recipe and "pytest" in recipe
+    groups = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    student = {split_requirement(r)[0] for r in groups["dependencies"]}
+    assert not student & {"celery", "redis", "psycopg", "nh3", "pytest", "hypothesis",
+                          "playwright", "jupyterhub"}, student
     readme = " ".join((REPO / "README.md").read_text().split())
     assert "make setup" in readme  # as docs/instructor.md names it

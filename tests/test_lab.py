@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from grader.content.lessons import all_lessons
-from tests.grading_helpers import grader, released_course
+from tests.grading_helpers import REPO, grader, grader_env, released_course
 
 
 @pytest.mark.slow
@@ -16,7 +18,20 @@ def test_lab_smoke_lists_every_lesson_and_keeps_the_students_work(tmp_path, shar
     workspace tests below see the lab release a lesson itself, as on a first `make lab`)."""
     workspace = tmp_path / "workspace"
     course = released_course(all_lessons(), shared_tmp, tmp_path / "course")
-    done = grader("lab", "--smoke", "--workspace", workspace, "--course-dir", course)
+    # As in a student's environment (`make lab`): nothing of the grading or test groups can be
+    # imported, by the command, its lab server or Validate's kernel (tests/lab_only/).
+    lab_only = {**grader_env(), "PYTHONPATH": str(REPO / "tests" / "lab_only")}
+    done = subprocess.run([sys.executable, "-m", "grader", "lab", "--smoke", "--workspace",
+                           str(workspace), "--course-dir", str(course)], cwd=REPO, env=lab_only,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    # There, a command of the instructor's that needs the grading tools says how to get them.
+    worker = subprocess.run([sys.executable, "-m", "grader", "worker", "--broker",
+                             "redis://127.0.0.1:1/0", "--queue-key", str(tmp_path / "none")],
+                            cwd=REPO, env=lab_only, capture_output=True, text=True, timeout=120)
+    assert worker.returncode == 2 and worker.stderr == (
+        "error: worker needs celery, which a student's environment (make lab) leaves out: "
+        "install the grading tools with  make setup  (or pip install -e '.[grade]')\n"), worker
     for lesson in all_lessons():
         assert lesson.name in done.stdout
         mine = workspace / lesson.name / lesson.notebook.name

@@ -16,6 +16,10 @@ from grader.common.faults import Unavailable, damaged_database_line
 from grader.common.text import inert
 from grader.content.lessons import lesson_names, load_lesson
 
+# The packages of pyproject.toml's `grade` group (and what they import): `make lab` leaves
+# them out, so a command that needs one says how to install them.
+GRADING_PACKAGES = {"nh3", "latex2mathml", "celery", "kombu", "redis", "psycopg", "copydetect"}
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
@@ -61,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "autograde" else "Every file is written whole or not at all; "
             "when it is back, run the same command again."), file=sys.stderr)
         return 3
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] not in GRADING_PACKAGES:
+            raise
+        print(f"error: {args.command} needs {error.name}, which a student's environment "
+              "(make lab) leaves out: install the grading tools with  make setup  (or pip "
+              "install -e '.[grade]')", file=sys.stderr)
+        return 2
     except Exception as error:
         said = damaged(error, args)
         if not said:
