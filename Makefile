@@ -2,7 +2,7 @@
 # Both create .venv/ on first use and reuse it afterwards; re-running is cheap.
 
 PYTHON ?= python3
-, := ,
+, := ,# a comma, written $(,) inside a $(call ...) argument
 VENV := .venv
 BIN := $(VENV)/bin
 # The CPU build of torch that this project's own machines install. Elsewhere pip takes whatever
