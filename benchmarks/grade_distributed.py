@@ -49,8 +49,8 @@ def main() -> None:
     args = parser.parse_args()
     lesson = load_lesson(args.lesson)
     grader = [sys.executable, "-m", "grader"]
-    with tempfile.TemporaryDirectory() as tmp_name, servers.redis(Path(tmp_name) / "redis") as url:
-        tmp = Path(tmp_name)
+    with tempfile.TemporaryDirectory() as tmp_name, servers.redis_server() as redis:
+        tmp, url = Path(tmp_name), redis.url.format(db=0)
         subprocess.run([*grader, "release", lesson.name, "--course-dir", str(tmp / "c0")],
                        cwd=REPO, check=True, capture_output=True)
         build_class(lesson, tmp / "c0" / "release" / lesson.name / lesson.notebook.name,

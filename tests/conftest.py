@@ -1,4 +1,5 @@
-"""Hypothesis profiles, and how the tests are ordered and spread over workers.
+"""Hypothesis profiles, how the tests are ordered and spread over workers, and what a whole
+test run shares: a folder every worker sees, one PostgreSQL and one Redis server.
 
 ``make test`` (and CI) uses ``repeatable``: the property tests draw the same examples on every run,
 so a test run's result does not depend on luck. ``HYPOTHESIS_PROFILE=explore make test`` draws
@@ -12,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
+
+from tests import servers
 
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
@@ -54,6 +57,41 @@ def shared_tmp(tmp_path_factory) -> "os.PathLike":
     folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
     folder.mkdir(exist_ok=True)
     return folder
+
+
+@pytest.fixture(scope="session")
+def postgres_server(shared_tmp) -> servers.Server:
+    """The test run's one PostgreSQL server, shared by every xdist worker (started by the first
+    that asks, ended by the last done). Make a database of your own on it (``postgres_database``);
+    never stop it: a test that stops its server starts one of its own
+    (``servers.postgres_server``)."""
+    if servers.postgres_bin() is None:
+        pytest.skip("PostgreSQL is not installed (make test installs it where it can)")
+    with servers.shared(shared_tmp, "postgres", servers.start_postgres) as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_database(postgres_server, request) -> str:
+    """A database of this test's own on the run's PostgreSQL server; its URL."""
+    return servers.new_database(postgres_server.url, request.node.name)
+
+
+@pytest.fixture(scope="session")
+def redis_server(shared_tmp) -> servers.Server:
+    """The test run's one Redis server, shared by every xdist worker as ``postgres_server``
+    is; each test takes a database number of its own (``broker``). Never stop it."""
+    if servers.redis_programs() is None:
+        pytest.skip("Redis is not installed (make test installs it where it can)")
+    with servers.shared(shared_tmp, "redis", servers.start_redis) as server:
+        yield server
+
+
+@pytest.fixture
+def broker(redis_server, shared_tmp) -> str:
+    """A Redis database of this test's own on the run's server (no other test's tasks or
+    results in it): its URL, for ``--broker``."""
+    return redis_server.url.format(db=servers.next_number(shared_tmp / "redis-databases"))
 
 
 @pytest.fixture(scope="module")

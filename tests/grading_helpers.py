@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -224,6 +225,45 @@ def released_course(lessons, shared: Path, target: Path) -> Path:
     return target
 
 
+def graded_class(lesson, shared: Path) -> dict:
+    """A class of ``lesson`` graded once per test session under ``shared`` (whichever xdist
+    worker asks first grades it; the others wait on a file lock): s1 the instructor's
+    answers, s2 one exercise wrong (``WRONG_ANSWERS``), s3 flagged (that exercise's code
+    reaches for the file system, its answers right), s4 the student version untouched;
+    graded by ``python -m grader autograde --jobs 2`` on a copy of the session's release.
+    Returns the course directory (``course``), the hand-ins (``class``) and what autograde
+    printed (``printed``). Read them, never write them: copy the course directory first
+    (``shutil.copytree``, symlinks kept)."""
+    folder = shared / f"graded-class-{lesson.name}"
+    printed = shared / f"graded-class-{lesson.name}.out"
+
+    def grade() -> None:
+        shutil.rmtree(folder / "course", ignore_errors=True)
+        shutil.rmtree(folder / "class", ignore_errors=True)
+        course = released_course([lesson], shared, folder / "course")
+        for student, nb in class_notebooks(lesson, course).items():
+            submit(folder / "class", student, nb, lesson.notebook.name)
+        done = grader("autograde", lesson.name, folder / "class", "--course-dir", course,
+                      "--jobs", "2")
+        printed.write_text(done.stdout)
+
+    make_once(printed, grade)
+    return {"course": folder / "course", "class": folder / "class",
+            "printed": printed.read_text()}
+
+
+def class_notebooks(lesson, course: Path) -> dict[str, nbformat.NotebookNode]:
+    """The notebooks of ``graded_class``, by student: full, wrong, flagged, untouched (the
+    student version released in ``course``)."""
+    wrong = read_notebook(lesson.notebook)
+    name, source = WRONG_ANSWERS[lesson.name]
+    cell(wrong, name).source = source
+    flagged = read_notebook(lesson.notebook)  # the same exercise, right, and flagged
+    cell(flagged, name).source += "\nimport os  # reaches for the file system"
+    untouched = read_notebook(course / "release" / lesson.name / lesson.notebook.name)
+    return {"s1": read_notebook(lesson.notebook), "s2": wrong, "s3": flagged, "s4": untouched}
+
+
 def answered(student: nbformat.NotebookNode, lesson) -> nbformat.NotebookNode:
     """A copy of the student version with every answer cell filled in from the instructor's."""
     reference = {c.metadata.nbgrader.grade_id: c.source
@@ -361,3 +401,37 @@ def judged_with(lesson_name: str, exercise: str, **replacements: object):
             builtin = next(c for c in type(error).__mro__ if c.__module__ == "builtins")
             results.append(probe.Failure(f"{type(error).__name__}: {error}", builtin.__name__))
     return probe.judge(checked, results)
+
+
+# ------------------------------------------------------------------ workers on a Redis broker
+
+
+def start_worker(broker: str, log: Path, key: Path) -> subprocess.Popen:
+    """``python -m grader worker`` on ``broker`` (one submission at a time) with a copy of the
+    queue key ``key`` (a course's ``queue.key``, made now if it is not there yet, as the
+    coordinator's first ``autograde --broker`` would), its output in ``log``. A session of
+    its own: ``stop`` kills it with its pool."""
+    from grader.grading.distributed import queue_key
+
+    queue_key(key, create=True)
+    copy_of = log.with_suffix(".key")
+    copy_of.write_bytes(key.read_bytes())
+    copy_of.chmod(0o600)
+    return grader_process("worker", "--broker", broker, "--concurrency", "1",
+                          "--queue-key", copy_of, stdout=log.open("w"),
+                          stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(worker: subprocess.Popen) -> None:
+    """kill -9 a worker and every process of its pool."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait(timeout=30)
+
+
+def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)

@@ -1,8 +1,11 @@
 """Grading past one machine: a PostgreSQL gradebook shared by two graders, Celery workers on a
 Redis broker (one killed mid-batch), LMS exports, partial credit, feedback zips.
 
-Real servers (Debian's postgresql and redis-server) started on loopback by the fixtures, real
-workers as separate processes, everything through the instructors' command line.
+Real servers (Debian's postgresql and redis-server: the test run's one of each, tests/conftest.py,
+each test on a database of its own), real workers as separate processes, everything through the
+instructors' command line. Two workers serve every test that needs live workers beside each
+other (started once for the module); the tests whose worker is killed or must start late start
+their own.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import copy
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -23,7 +28,20 @@ import pytest
 from grader.content.lessons import load_lesson
 from grader.grading.sandbox import bwrap_path
 from tests import servers
-from tests.grading_helpers import cell, grader, grader_process, points, read_export, submit
+from tests.grading_helpers import (
+    cell,
+    graded_class,
+    grader,
+    grader_process,
+    in_process,
+    points,
+    read_export,
+    released_course,
+    start_worker,
+    stop,
+    submit,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed"),
               pytest.mark.skipif(bwrap_path() is None, reason="grading needs bubblewrap")]
@@ -52,51 +70,32 @@ def class_of(lesson, folder: Path, students: int = 3) -> dict[str, float]:
     return expected
 
 
-@pytest.fixture(scope="module")
-def database(tmp_path_factory):
-    if servers.postgres_bin() is None:
-        pytest.skip("PostgreSQL is not installed (make test installs it where it can)")
-    with servers.postgres() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    if servers.shutil.which("redis-server") is None:
-        pytest.skip("Redis is not installed (make test installs it where it can)")
-    with servers.redis(tmp_path_factory.mktemp("redis")) as url:
-        yield url
-
-
-DATABASES = iter(range(1, 16))
-
-
-@pytest.fixture
-def broker(redis_server) -> str:
-    """A Redis database of this test's own on the module's server: no task of another."""
-    return redis_server.rsplit("/", 1)[0] + f"/{next(DATABASES)}"
-
-
-def test_two_graders_at_once_share_one_postgres_gradebook(database, tmp_path) -> None:
+def test_two_graders_at_once_share_one_postgres_gradebook(postgres_database, tmp_path) -> None:
     """Two autograde commands, two lessons, one course, at the same time: no grade lost, none
     duplicated, every student graded with the score their notebook earns (what grading one
     after the other gives: tests/test_grading.py grades each lesson's instructor version and
-    one wrong answer alone)."""
+    one wrong answer alone). One runs in a process of its own, the other in this one meanwhile
+    (it has paid the grader's imports already)."""
     classes = {lesson.name: tmp_path / lesson.name for lesson in (FLOATS, BACKPROP)}
     expected = {lesson.name: class_of(lesson, classes[lesson.name])  # full, wrong, full
                 for lesson in (FLOATS, BACKPROP)}
     full = {lesson.name: sum(points(nbformat.read(lesson.notebook, as_version=4)).values())
             for lesson in (FLOATS, BACKPROP)}
-    together = servers.create_database(database, "together")
+    together = postgres_database
     course = tmp_path / "course"
     grader("release", FLOATS.name, BACKPROP.name, "--course-dir", course, "--db-url", together)
-    running = [grader_process("autograde", name, folder, "--jobs", "1", "--course-dir",
-                              course, "--db-url", together, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-               for name, folder in classes.items()]
-    for process in running:
-        _, err = process.communicate(timeout=900)
-        assert process.returncode == 0, err
+    running = grader_process("autograde", FLOATS.name, classes[FLOATS.name], "--jobs", "1",
+                             "--course-dir", course, "--db-url", together,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        here = in_process("autograde", BACKPROP.name, classes[BACKPROP.name], "--jobs", "1",
+                          "--course-dir", course, "--db-url", together)
+        _, err = running.communicate(timeout=900)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    assert here.returncode == 0, here.stderr
+    assert running.returncode == 0, err
     grader("export", "--course-dir", course, "--db-url", together, "--csv", tmp_path / "1.csv")
     got = read_export(tmp_path / "1.csv")
     assert len(got) == sum(len(e) for e in expected.values())  # nothing lost, nothing twice
@@ -108,7 +107,7 @@ def test_two_graders_at_once_share_one_postgres_gradebook(database, tmp_path) ->
 
 
 def test_graders_of_two_lessons_adding_one_student_at_once_both_keep_their_grades(
-        database, tmp_path) -> None:
+        postgres_database, tmp_path) -> None:
     """Two graders of different lessons reach a new student at the same instant: both insert
     the student, one insert loses to the other's key, and that grader tries again instead of
     recording a failure (once, two graders at once lost grades this way)."""
@@ -116,7 +115,7 @@ def test_graders_of_two_lessons_adding_one_student_at_once_both_keep_their_grade
 
     from grader.course import Course
 
-    url = servers.create_database(database, "race")
+    url = postgres_database
     courses = [(Course(tmp_path / lesson.name, log=lambda _: None, database=url), lesson)
                for lesson in (FLOATS, BACKPROP)]
     from grader.content.variants import KEY_FILE
@@ -152,20 +151,6 @@ def test_graders_of_two_lessons_adding_one_student_at_once_both_keep_their_grade
                 FLOATS.name, BACKPROP.name}
 
 
-def start_worker(broker: str, log: Path, course: Path) -> subprocess.Popen:
-    """A worker with a copy of the queue key of ``course`` (made now, as the coordinator's
-    first ``autograde --broker`` would)."""
-    from grader.grading.distributed import QUEUE_KEY, queue_key
-
-    queue_key(course / QUEUE_KEY, create=True)
-    copy_of = log.with_suffix(".key")
-    copy_of.write_bytes((course / QUEUE_KEY).read_bytes())
-    copy_of.chmod(0o600)
-    return grader_process("worker", "--broker", broker, "--concurrency", "1",
-                          "--queue-key", copy_of, stdout=log.open("w"),
-                          stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def start_coordinator(broker: str, tmp_path: Path) -> subprocess.Popen:
     """``autograde`` of tmp_path/class on the workers of ``broker``, in the background."""
     return grader_process("autograde", FLOATS.name, tmp_path / "class", "--course-dir",
@@ -173,77 +158,106 @@ def start_coordinator(broker: str, tmp_path: Path) -> subprocess.Popen:
                           stderr=subprocess.PIPE, text=True)
 
 
-def stop(worker: subprocess.Popen) -> None:
-    """kill -9 a worker and every process of its pool."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(worker.pid, signal.SIGKILL)
-    worker.wait(timeout=30)
+def course_at(tmp_path: Path, shared_tmp: Path) -> Path:
+    """tmp_path/course: lesson 01 released (a copy of the test run's release)."""
+    return released_course([FLOATS], shared_tmp, tmp_path / "course")
 
 
-def wait_for(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+def queue_key_of(course: Path) -> Path:
+    from grader.grading.distributed import QUEUE_KEY
+
+    return course / QUEUE_KEY
 
 
-def test_workers_grade_a_class_and_a_worker_killed_mid_batch_loses_nothing(broker,
-                                                                           tmp_path) -> None:
+@dataclass
+class Workers:
+    """Workers that serve several tests: their broker, the queue key each was given (a copy
+    goes into each test's course directory, as to a second coordinator), their logs."""
+
+    broker: str
+    key: Path
+    logs: list[Path]
+
+    def course(self, tmp_path: Path, shared_tmp: Path) -> Path:
+        course = course_at(tmp_path, shared_tmp)
+        shutil.copyfile(self.key, queue_key_of(course))
+        queue_key_of(course).chmod(0o600)
+        return course
+
+
+@pytest.fixture(scope="module")
+def workers(redis_server, shared_tmp, tmp_path_factory):
+    """Two workers on a broker database of their own, ready, for the tests that grade on
+    workers beside each other (each pays the grader's imports once, not once a test). A test
+    that kills a worker starts its own beside them; one that needs no worker running while it
+    queues (forged results) or a single worker whose process keeps dying (the poisoned
+    submission) starts its own on a database of its own."""
+    broker = redis_server.url.format(db=servers.next_number(shared_tmp / "redis-databases"))
+    folder = tmp_path_factory.mktemp("workers")
+    logs = [folder / "worker-a.log", folder / "worker-b.log"]
+    started = [start_worker(broker, log, folder / "queue.key") for log in logs]
+    try:
+        wait_for(lambda: all("ready" in log.read_text() for log in logs), 60, "workers")
+        yield Workers(broker, folder / "queue.key", logs)
+    finally:
+        for worker in started:
+            stop(worker)
+
+
+def test_workers_grade_a_class_and_a_worker_killed_mid_batch_loses_nothing(workers, tmp_path,
+                                                                           shared_tmp) -> None:
+    """The module's two workers and one of this test's own, killed as soon as it is on a
+    submission: the coordinator sends that submission again, and the others grade it."""
+    course = workers.course(tmp_path, shared_tmp)
     expected = class_of(FLOATS, tmp_path / "class")  # full, wrong, full
     # decode fails through a wrong split_bits: the coordinator judges it again, in its sandbox.
     instructor = nbformat.read(FLOATS.notebook, as_version=4)
     cell(instructor, "split_bits").source = "def split_bits(bits, fmt):\n    return (0, 0, 0)"
     submit(tmp_path / "class", "s_dep", instructor, FLOATS.notebook.name)
     expected["s_dep"] = sum(points(instructor).values()) - points(instructor)["split_bits"]
-    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
-    workers = [start_worker(broker, log, tmp_path / "course") for log in logs]
+    log = tmp_path / "worker-killed.log"
+    killed = start_worker(workers.broker, log, queue_key_of(course))
     try:
-        wait_for(lambda: all("ready" in log.read_text() for log in logs), 60, "workers")
-        coordinator = start_coordinator(broker, tmp_path)
-        wait_for(lambda: "received" in logs[0].read_text(), 120, "worker a's first task")
+        wait_for(lambda: "ready" in log.read_text(), 60, "the worker to kill")
+        coordinator = start_coordinator(workers.broker, tmp_path)
+        wait_for(lambda: "received" in log.read_text(), 120, "its first task")
         time.sleep(1.0)  # mid-submission
-        stop(workers[0])
+        stop(killed)
         out, err = coordinator.communicate(timeout=900)
         assert coordinator.returncode == 0, err
         assert "the worker running it stopped answering; sending it again" in out
         assert "4 graded, 0 needs_review, 0 invalid of 4" in out
     finally:
-        for worker in workers:
-            stop(worker)
-    grader("export", "--course-dir", tmp_path / "course", "--csv", tmp_path / "g.csv")
+        stop(killed)
+    grader("export", "--course-dir", course, "--csv", tmp_path / "g.csv")
     got = read_export(tmp_path / "g.csv")
     assert {s: float(r["score"]) for (s, _), r in got.items()} == expected
-    status = json.loads((tmp_path / "course" / "grading_status.json").read_text())
+    status = json.loads((course / "grading_status.json").read_text())
     assert len(status[FLOATS.name]) == 4
     decode = status[FLOATS.name]["s_dep"]["exercises"]["decode"]
     assert decode.get("note") == "passes with a correct `split_bits`", decode
 
 
-def test_two_workers_on_one_machine_each_keep_their_long_submission(broker, tmp_path) -> None:
+def test_two_workers_on_one_machine_each_keep_their_long_submission(workers, tmp_path,
+                                                                     shared_tmp) -> None:
     """Two workers beside each other, each on a submission that runs for many of the
     coordinator's looks: neither is taken for lost and sent again (workers that shared one
     name once did, the look keeping one answer per name)."""
+    workers.course(tmp_path, shared_tmp)
     instructor = nbformat.read(FLOATS.notebook, as_version=4)
     instructor.cells.append(nbformat.v4.new_code_cell("import time\ntime.sleep(12)"))
     for student in ("slow_a", "slow_b"):
         submit(tmp_path / "class", student, instructor, FLOATS.notebook.name)
-    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
-    workers = [start_worker(broker, log, tmp_path / "course") for log in logs]
-    try:
-        wait_for(lambda: all("ready" in log.read_text() for log in logs), 60, "workers")
-        names = {re.search(r"(ctc-\S+@\S+) ready", log.read_text()).group(1) for log in logs}
-        assert len(names) == 2  # each worker answers under a name of its own
-        out, err = start_coordinator(broker, tmp_path).communicate(timeout=600)
-        assert "sending it again" not in out, out
-        assert "2 graded, 0 needs_review, 0 invalid of 2" in out, (out, err)
-    finally:
-        for worker in workers:
-            stop(worker)
+    names = {re.search(r"(ctc-\S+@\S+) ready", log.read_text()).group(1)
+             for log in workers.logs}
+    assert len(names) == 2  # each worker answers under a name of its own
+    out, err = start_coordinator(workers.broker, tmp_path).communicate(timeout=600)
+    assert "sending it again" not in out, out
+    assert "2 graded, 0 needs_review, 0 invalid of 2" in out, (out, err)
 
 
 def test_a_forged_result_on_the_broker_is_refused_and_the_submission_sent_again(
-        broker, tmp_path) -> None:
+        broker, tmp_path, shared_tmp) -> None:
     """Someone who reaches the broker reads each queued task and writes a result of their own
     under its id before any worker runs it: an unsigned one in the form of a worker's reply,
     one with a made-up signature, a failure whose exception is a function of their choosing,
@@ -252,6 +266,7 @@ def test_a_forged_result_on_the_broker_is_refused_and_the_submission_sent_again(
     and stores the grade a real worker's signed result gives."""
     from grader.grading.distributed import make_app
 
+    course = course_at(tmp_path, shared_tmp)
     expected = class_of(FLOATS, tmp_path / "class", students=2)  # full, wrong
     app = make_app(broker)
     client = app.backend.client
@@ -280,7 +295,7 @@ def test_a_forged_result_on_the_broker_is_refused_and_the_submission_sent_again(
                     forged.append(task)
             time.sleep(0.1)
         assert len(forged) == len(forgeries), "no task to forge a result for"
-        worker = start_worker(broker, log, tmp_path / "course")
+        worker = start_worker(broker, log, queue_key_of(course))  # none ran before the forgeries
         out, err = coordinator.communicate(timeout=600)
     finally:
         if worker is not None:
@@ -331,14 +346,18 @@ def is_worker(pid: int) -> bool:
         return False
 
 
-def test_a_submission_that_keeps_killing_worker_processes_is_given_up(broker, tmp_path) -> None:
+def test_a_submission_that_keeps_killing_worker_processes_is_given_up(broker, tmp_path,
+                                                                      shared_tmp) -> None:
     """Each time a worker's process takes the poisoned submission, it is killed (as a grader bug
-    or the machine's OOM killer would): after three tries it is needs_review, not a loop."""
+    or the machine's OOM killer would): after three tries it is needs_review, not a loop. One
+    worker of its own, one submission at a time: with two, a try sent again and a try handed
+    back by the broker would run at once, and the kills would no longer count the tries."""
     from grader.grading.distributed import make_app
 
+    course = course_at(tmp_path, shared_tmp)
     class_of(FLOATS, tmp_path / "class", students=1)
     log = tmp_path / "worker.log"
-    worker = start_worker(broker, log, tmp_path / "course")
+    worker = start_worker(broker, log, queue_key_of(course))
     app = make_app(broker)
     killed: set[int] = set()
     try:
@@ -365,32 +384,39 @@ def test_a_submission_that_keeps_killing_worker_processes_is_given_up(broker, tm
     assert "stopped a worker's process 3 times" in row["reason"], row
 
 
-def test_a_coordinator_started_again_does_not_grade_again_what_is_stored(tmp_path) -> None:
-    expected = class_of(FLOATS, tmp_path / "class", students=2)
+def test_a_coordinator_started_again_does_not_grade_again_what_is_stored(tmp_path,
+                                                                       shared_tmp) -> None:
+    """The class graded once for the test run (tests/grading_helpers.graded_class: four
+    students, one flagged), copied; one more hand-in arrives while the coordinator is away:
+    run again with --resume, it grades that one alone."""
+    graded = graded_class(FLOATS, shared_tmp)
     course = tmp_path / "course"
-    grader("autograde", FLOATS.name, tmp_path / "class", "--course-dir", course)
+    shutil.copytree(graded["course"], course, symlinks=True)
+    shutil.copytree(graded["class"], tmp_path / "class")
     first = json.loads((course / "grading_status.json").read_text())[FLOATS.name]
-    submit(tmp_path / "class", "s02", nbformat.read(FLOATS.notebook, as_version=4),
+    assert set(first) == {"s1", "s2", "s3", "s4"}
+    submit(tmp_path / "class", "s5", nbformat.read(FLOATS.notebook, as_version=4),
            FLOATS.notebook.name)  # arrived while the coordinator was away
     done = grader("autograde", FLOATS.name, tmp_path / "class", "--course-dir", course,
                   "--resume")
-    assert done.stdout.count("is graded already (--resume)") == 2
+    assert done.stdout.count("is graded already (--resume)") == 4
     assert "1 graded" in done.stdout
     again = json.loads((course / "grading_status.json").read_text())[FLOATS.name]
     assert {s: again[s]["seconds"] for s in first} == {s: first[s]["seconds"] for s in first}
-    assert set(again) == {*expected, "s02"}
+    assert set(again) == {*first, "s5"}
 
 
 # ------------------------------------------------------------------ grades where the class lives
 
 
-def test_partial_credit_scores_the_fraction_of_checks_and_everything_agrees(tmp_path) -> None:
+def test_partial_credit_scores_the_fraction_of_checks_and_everything_agrees(tmp_path,
+                                                                           shared_tmp) -> None:
     half_right = nbformat.read(FLOATS.notebook, as_version=4)
     cell(half_right, "machine_epsilon").source = (  # right for every format but the fp8 ones
         "def machine_epsilon(fmt):\n    return 2.0 ** -fmt.mantissa_bits if fmt.mantissa_bits > 3 "
         "else 0.5")
     submit(tmp_path / "class", "s01", half_right, FLOATS.notebook.name)
-    course = tmp_path / "course"
+    course = course_at(tmp_path, shared_tmp)
     grader("autograde", FLOATS.name, tmp_path / "class", "--course-dir", course,
            "--partial-credit")
     record = json.loads((course / "grading_status.json").read_text())[FLOATS.name]["s01"]

@@ -12,7 +12,6 @@ inside the grader (no hook in the grader itself).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -41,7 +40,10 @@ from tests.grading_helpers import (
     read_export,
     read_notebook,
     released_course,
+    start_worker,
+    stop,
     submit,
+    wait_for,
 )
 
 LESSON = load_lesson("01_float_formats")
@@ -229,7 +231,10 @@ def test_a_sigkilled_batch_leaves_no_unzipped_files_after_the_next_run(released,
 
 
 @pytest.fixture(scope="module")
-def pg(tmp_path_factory):
+def pg():
+    """A PostgreSQL server of this module's own, which its tests stop and start again: the
+    test run's shared one (tests/conftest.py) serves the other worker's tests meanwhile. Its
+    tests are one xdist group, so that one worker starts it once."""
     if servers.postgres_bin() is None:
         pytest.skip("needs Debian's postgresql (make test installs it where it can)")
     with servers.postgres_server() as server:
@@ -237,6 +242,7 @@ def pg(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("faults-postgres")
 def test_postgres_restarted_mid_batch_is_waited_for_and_every_grade_is_right(pg,
                                                                             tmp_path) -> None:
     url = servers.create_database(pg.url, "restart")
@@ -256,6 +262,7 @@ def test_postgres_restarted_mid_batch_is_waited_for_and_every_grade_is_right(pg,
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("faults-postgres")
 def test_postgres_gone_for_long_stops_the_batch_in_one_line_and_resume_finishes(
         pg, tmp_path) -> None:
     url = servers.create_database(pg.url, "outage")
@@ -282,52 +289,25 @@ def test_postgres_gone_for_long_stops_the_batch_in_one_line_and_resume_finishes(
     assert got == {"s1": (FULL, "graded"), "s2": (ONE_WRONG, "graded"), "s3": (FULL, "graded")}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def restartable_redis(folder: Path):
-    """A Redis on loopback that keeps nothing on disk, and the commands that stop it and start
-    it again on the same port (a restart loses what it held, as a real one without
-    persistence does)."""
-    executable, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if executable is None or cli is None:
-        pytest.skip("needs Debian's redis-server (make test installs it where it can)")
-    folder.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    start = [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(folder), "--daemonize", "yes",
-             "--pidfile", str(folder / "redis.pid")]
-    stop = [cli, "-p", str(port), "shutdown", "nosave"]
-    subprocess.run(start, check=True, capture_output=True)
-    deadline = time.monotonic() + 20
-    while True:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-            break
-        assert time.monotonic() < deadline, "redis-server did not start"
-        time.sleep(0.1)
-    try:
-        yield f"redis://127.0.0.1:{port}/0", stop, start
-    finally:
-        subprocess.run(stop, capture_output=True)
-
-
 @pytest.mark.slow
 def test_redis_restarted_mid_batch_is_waited_for_and_the_class_is_graded(tmp_path,
                                                                        shared_tmp) -> None:
-    from tests.test_distributed import start_worker, stop, wait_for
+    """On a Redis of this test's own (it is stopped and started again: a restart loses what
+    it held, as a real one's without persistence does), not the run's shared one."""
+    from grader.grading.distributed import QUEUE_KEY
 
+    if servers.redis_programs() is None:
+        pytest.skip("needs Debian's redis-server (make test installs it where it can)")
     hand_ins = the_class(tmp_path / "class", {"s1": "full", "s2": "wrong", "s3": "full"})
     course = released_course([LESSON], shared_tmp, tmp_path / "course")
-    with restartable_redis(tmp_path / "redis") as (url, stop_redis, start_redis):
+    with servers.redis_server() as redis:
+        url = redis.url.format(db=0)
         log = tmp_path / "worker.log"
-        worker = start_worker(url, log, course)
+        worker = start_worker(url, log, course / QUEUE_KEY)
         try:
             wait_for(lambda: "ready" in log.read_text(), 60, "the worker")
-            action = f"run:{json.dumps(stop_redis)}+then:3:{json.dumps(start_redis)}"
+            action = (f"run:{json.dumps(redis.stop_command)}"
+                      f"+then:3:{json.dumps(redis.start_command)}")
             done = wrapped_grader(STORED, 1, action, "autograde", LESSON.name, hand_ins,
                                   "--course-dir", course, "--broker", url)
         finally:

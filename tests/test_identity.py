@@ -10,6 +10,7 @@ through Moodle, Gradescope (a group) and as folders.
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -433,28 +434,26 @@ def test_a_canvas_download_without_the_roster_is_refused_saying_what_to_give(
 
 
 @pytest.mark.slow
-def test_feedback_waits_for_every_due_date_and_extension_unless_told(term) -> None:
-    course = term["course"]
+def test_feedback_waits_for_every_due_date_and_extension_unless_told(term, tmp_path) -> None:
+    course = tmp_path / "course"  # a copy: the module's term stays as its batches left it
+    shutil.copytree(term["course"], course, symlinks=True)
     deadlines = course / "deadlines.toml"
-    try:
-        deadlines.write_text(f'timezone = "UTC"\n[lessons.{LESSON.name}]\n'
-                             'due = "2099-01-01 00:00"\n')
-        done = grader("feedback", LESSON.name, "--course-dir", course, check=False)
-        assert done.returncode == 2 and "is not yet due for everyone (due 2099-01-01" \
-            in done.stderr and "--before-due" in done.stderr, done.stderr
-        assert not list((course / "feedback").glob(f"*/{LESSON.name}/*.html"))
-        deadlines.write_text(f'timezone = "UTC"\n[lessons.{LESSON.name}]\n'
-                             'due = "2020-01-01 00:00"\n[[extensions]]\nstudent = "7001"\n'
-                             f'lesson = "{LESSON.name}"\ndue = "2099-02-01 00:00"\n')
-        done = grader("feedback", LESSON.name, "--course-dir", course, check=False)
-        assert done.returncode == 2 and "7001 (extended to 2099-02-01" in done.stderr
-        grader("feedback", LESSON.name, "--before-due", "--course-dir", course)
-        assert (course / "feedback" / "7002" / LESSON.name).is_dir()
-        deadlines.write_text(f'timezone = "UTC"\n[lessons.{LESSON.name}]\n'
-                             'due = "2020-01-01 00:00"\n')
-        grader("feedback", LESSON.name, "--course-dir", course)  # all due: made
-    finally:
-        deadlines.unlink(missing_ok=True)
+    deadlines.write_text(f'timezone = "UTC"\n[lessons.{LESSON.name}]\n'
+                         'due = "2099-01-01 00:00"\n')
+    done = grader("feedback", LESSON.name, "--course-dir", course, check=False)
+    assert done.returncode == 2 and "is not yet due for everyone (due 2099-01-01" \
+        in done.stderr and "--before-due" in done.stderr, done.stderr
+    assert not list((course / "feedback").glob(f"*/{LESSON.name}/*.html"))
+    deadlines.write_text(f'timezone = "UTC"\n[lessons.{LESSON.name}]\n'
+                         'due = "2020-01-01 00:00"\n[[extensions]]\nstudent = "7001"\n'
+                         f'lesson = "{LESSON.name}"\ndue = "2099-02-01 00:00"\n')
+    done = grader("feedback", LESSON.name, "--course-dir", course, check=False)
+    assert done.returncode == 2 and "7001 (extended to 2099-02-01" in done.stderr
+    grader("feedback", LESSON.name, "--before-due", "--course-dir", course)
+    assert (course / "feedback" / "7002" / LESSON.name).is_dir()
+    deadlines.write_text(f'timezone = "UTC"\n[lessons.{LESSON.name}]\n'
+                         'due = "2020-01-01 00:00"\n')
+    grader("feedback", LESSON.name, "--course-dir", course)  # all due: made
 
 
 def test_a_canvas_row_without_the_course_id_is_left_out_and_named(tmp_path) -> None:

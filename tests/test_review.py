@@ -20,7 +20,6 @@ import pytest
 from grader.content.lessons import load_lesson
 from grader.gradebook import ledger
 from grader.gradebook.decisions import replay
-from tests import servers
 from tests.grading_helpers import (
     cell,
     grader,
@@ -408,17 +407,9 @@ def test_review_shows_names_beside_ids_and_the_late_penalty(tmp_path) -> None:
 
 # ------------------------------------------------------------------ PostgreSQL
 
-@pytest.fixture(scope="module")
-def database():
-    if servers.postgres_bin() is None:
-        pytest.skip("PostgreSQL is not installed (make test installs it where it can)")
-    with servers.postgres() as url:
-        yield url
-
-
 @pytest.mark.xdist_group("review-postgres")
-def test_review_decisions_live_in_a_postgres_gradebook(database, tmp_path) -> None:
-    url = servers.create_database(database, "review")
+def test_review_decisions_live_in_a_postgres_gradebook(postgres_database, tmp_path) -> None:
+    url = postgres_database  # on the test run's PostgreSQL server
     root = tmp_path / "course"
     grader("release", LESSON.name, "--course-dir", root, "--db-url", url)
     folder = tmp_path / "class"

@@ -3,11 +3,12 @@ a batch of another lesson refused and a batch withdrawn, one batch of a lesson a
 grades the bytes it hashed, feedback pages current while their grades are, files written
 whole, a read-only or damaged course directory said in one line.
 
-One class of lesson 01 is graded once (module fixture): s1 the instructor's answers, s2 one
-exercise wrong, s3 flagged (its code reaches for the file system), s4 the student version
-untouched. Each test works on its own copy of that course directory. The faults are real: a
-second grader's process, a grader stopped or blocked at a chosen moment (the wrapper of
-tests/test_faults.py), a tmpfs that fills or is mounted read-only, a PostgreSQL server.
+One class of lesson 01 is graded once per test run (tests/grading_helpers.graded_class, which
+tests/test_distributed.py reads too): s1 the instructor's answers, s2 one exercise wrong, s3
+flagged (its code reaches for the file system), s4 the student version untouched. Each test
+works on its own copy of that course directory. The faults are real: a second grader's
+process, a grader stopped or blocked at a chosen moment (the wrapper of tests/test_faults.py),
+a tmpfs that fills or is mounted read-only, the test run's PostgreSQL server.
 """
 
 from __future__ import annotations
@@ -25,17 +26,15 @@ from pathlib import Path
 import pytest
 
 from grader.content.lessons import load_lesson
-from tests import servers
 from tests.grading_helpers import (
     REPO,
     WRONG_ANSWERS,
-    cell,
+    graded_class,
     grader,
     grader_env,
     points,
     read_export,
     read_notebook,
-    released_course,
     submit,
 )
 from tests.test_faults import WRAPPER, wrapped_grader
@@ -49,29 +48,13 @@ WRONG, WRONG_SOURCE = WRONG_ANSWERS[LESSON.name]
 ONE_WRONG = FULL - points(read_notebook(LESSON.notebook))[WRONG]
 
 
-def notebooks(course: Path) -> dict[str, object]:
-    """The class's notebooks: full, wrong, flagged, untouched (the student version)."""
-    full = read_notebook(LESSON.notebook)
-    wrong = read_notebook(LESSON.notebook)
-    cell(wrong, WRONG).source = WRONG_SOURCE
-    flagged = read_notebook(LESSON.notebook)
-    cell(flagged, "machine_epsilon").source += "\nimport os  # reaches for the file system"
-    untouched = read_notebook(course / "release" / LESSON.name / NAME)
-    return {"full": full, "wrong": wrong, "flagged": flagged, "untouched": untouched}
-
-
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory, shared_tmp) -> dict:
-    tmp = tmp_path_factory.mktemp("term")
-    course = released_course([LESSON], shared_tmp, tmp / "course")
-    made = notebooks(course)
-    hand_ins = tmp / "class"
-    for student, kind in (("s1", "full"), ("s2", "wrong"), ("s3", "flagged"),
-                          ("s4", "untouched")):
-        submit(hand_ins, student, made[kind], NAME)
-    done = grader("autograde", LESSON.name, hand_ins, "--course-dir", course, "--jobs", "2")
-    assert "3 graded, 1 needs_review, 0 invalid of 4" in done.stdout, done.stdout
-    return {"course": course, "class": hand_ins, "made": made, "first": done}
+def graded(shared_tmp) -> dict:
+    """The run's graded class of lesson 01 (``course``, ``class``, ``printed``): read it, copy
+    the course directory before writing."""
+    graded = graded_class(LESSON, shared_tmp)
+    assert "3 graded, 1 needs_review, 0 invalid of 4" in graded["printed"], graded["printed"]
+    return graded
 
 
 def copy_of(graded: dict, where: Path) -> Path:
@@ -239,7 +222,7 @@ def test_one_batch_of_a_lesson_at_a_time_grading_the_bytes_it_hashed(graded,
     course = copy_of(graded, tmp_path / "course")
     hand_ins = tmp_path / "class"
     shutil.copytree(graded["class"], hand_ins)
-    submit(hand_ins, "s5", graded["made"]["full"], NAME)
+    submit(hand_ins, "s5", read_notebook(LESSON.notebook), NAME)
     wrong = tmp_path / "wrong.ipynb"
     shutil.copyfile(graded["class"] / "s2" / NAME, wrong)
     target = course / "submitted" / "s5" / LESSON.name / NAME
@@ -275,14 +258,6 @@ def test_one_batch_of_a_lesson_at_a_time_grading_the_bytes_it_hashed(graded,
     assert not list(course.glob("batch-*"))  # the batch's own copies went with it
 
 
-@pytest.fixture(scope="module")
-def pg():
-    if servers.postgres_bin() is None:
-        pytest.skip("needs Debian's postgresql (make test installs it where it can)")
-    with servers.postgres_server() as server:
-        yield server
-
-
 HOLD = """
 import sys, time
 from pathlib import Path
@@ -295,14 +270,15 @@ with lesson_lock(course, sys.argv[3], "autograde"):
 """
 
 
-def test_the_lock_holds_across_machines_sharing_a_postgresql_gradebook(pg, tmp_path) -> None:
+def test_the_lock_holds_across_machines_sharing_a_postgresql_gradebook(postgres_database,
+                                                                       tmp_path) -> None:
     """Two graders with course directories of their own (two machines) and one PostgreSQL
     gradebook: while one holds the lesson's lock the other is refused, naming it; another
     lesson is free; the lock goes with the holder's connection, however the holder ends."""
     from grader.course import Course
     from grader.gradebook.lock import Busy, lesson_lock
 
-    url = servers.create_database(pg.url, "locks")
+    url = postgres_database
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "machine-a"), url,
                                LESSON.name], cwd=REPO, env=grader_env(),
                               stdout=subprocess.PIPE, text=True)
@@ -458,10 +434,11 @@ def test_a_damaged_gradebook_is_said_in_one_line(graded, tmp_path) -> None:
                            "and keep the damaged file aside; nothing was changed")
 
 
-def test_a_reader_that_goes_away_is_no_error(graded) -> None:
+def test_a_reader_that_goes_away_is_no_error(graded, tmp_path) -> None:
     """``review ... | head``: the reader takes a line and goes; no BrokenPipeError."""
+    course = copy_of(graded, tmp_path / "course")
     reading = subprocess.Popen([sys.executable, "-m", "grader", "review", LESSON.name, "s2",
-                                "--course-dir", str(graded["course"])], cwd=REPO,
+                                "--course-dir", str(course)], cwd=REPO,
                                env=grader_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     reading.stdout.close()  # gone before the first line
