@@ -1,139 +1,20 @@
-"""Lesson 07's given code: the measurements' plumbing and the pictures' schedules.
+"""Lesson 07's given code for the pictures and the fit: ``fit_alpha_beta`` fits the
+alpha-beta model to measured all-reduce times and ``draw_allreduce_sweep`` plots them;
+``ring_schedule``, ``ring_contributions`` and ``pipeline_schedule`` list who does what when, for
+the pictures of the ring (``draw_ring``) and of a pipeline; ``largest_fitting`` finds the
+largest integer that a monotone byte count lets fit in a budget.
 
-Nothing here is graded. ``run_demo`` starts the lesson's helper script, ``distributed_demos.py``,
-on several processes and reads its result (an interrupt stops every one of them and says so in
-one line); ``fit_alpha_beta`` fits the alpha-beta model to measured all-reduce times and
-``draw_allreduce_sweep`` plots them; ``ring_schedule``, ``ring_contributions`` and
-``pipeline_schedule`` list who does what when, for the pictures of the ring (``draw_ring``) and
-of a pipeline; ``largest_fitting`` finds the largest integer that a monotone byte count lets fit
-in a budget.
+Nothing here is graded. The measurements' plumbing (``run_demo``) is in
+``solutions/parallel_processes.py``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-
-
-class DemoInterrupted(Exception):
-    """A measurement interrupted (the stop button, Ctrl-C), its processes stopped. A notebook
-    shows it as its one line, as it shows an interrupt, and the cells after it do not run."""
-
-    def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: {self}"]
-
-
-def _group_members(group: int) -> set[int] | None:
-    """The live processes (zombies left out) of process group ``group``, from Linux's /proc;
-    None where there is no /proc to read."""
-    if not Path("/proc/self/stat").exists():
-        return None
-    members = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended while we looked
-        if int(fields[2]) == group and fields[0] != "Z":  # state, ppid, pgrp
-            members.add(int(stat.parent.name))
-    return members
-
-
-def _group_alive(group: int) -> bool:
-    """Whether any process of group ``group`` still runs."""
-    members = _group_members(group)
-    if members is not None:
-        return bool(members)
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _signal_group(process: subprocess.Popen, how: int) -> None:
-    """Send ``how`` to the script's process group (the script and its ranks)."""
-    try:
-        if hasattr(os, "killpg"):
-            os.killpg(process.pid, how)
-        else:  # Windows: no process groups to signal
-            process.kill()
-    except ProcessLookupError:
-        pass
-
-
-def _stop_script(process: subprocess.Popen, patience: float = 5.0) -> str:
-    """Stop the script and its ranks: SIGTERM to all of them (the script then waits for its
-    ranks and removes its temporary folder), SIGKILL to whatever is left after ``patience``
-    seconds. Returns the words that say what was stopped."""
-    members = _group_members(process.pid) if hasattr(os, "killpg") else None
-    _signal_group(process, signal.SIGTERM)
-    try:
-        process.wait(timeout=patience)
-    except subprocess.TimeoutExpired:
-        _signal_group(process, signal.SIGKILL)
-        process.wait()
-    if hasattr(os, "killpg"):
-        deadline = time.monotonic() + patience
-        while _group_alive(process.pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if _group_alive(process.pid):
-            _signal_group(process, signal.SIGKILL)
-    for pipe in (process.stdout, process.stderr):
-        if pipe is not None:
-            pipe.close()
-    if members and len(members) == 1:  # the script alone: its ranks had not started
-        return "the one process was stopped"
-    return (f"the {len(members)} processes were stopped" if members
-            else "the script and its ranks were stopped")
-
-
-def run_demo(command: str, world_size: int, options: dict[str, object] | None = None,
-             script: Path = Path("distributed_demos.py"), timeout: float = 120.0) -> dict:
-    """Run ``python distributed_demos.py COMMAND --world-size N --OPTION VALUE ...`` and return
-    the JSON object it prints.
-
-    The script runs in a process group of its own, with its ranks: an interrupt of the notebook
-    reaches this function alone, which stops all of them (``_stop_script``) and raises
-    ``DemoInterrupted``, shown as one line. On Linux the script and its ranks also end with the
-    notebook's kernel. Options are written as ``--name value``, underscores as dashes; a list is
-    joined with commas.
-
-    Raises:
-        RuntimeError: the script failed or ran past ``timeout``, with its last lines of stderr.
-        DemoInterrupted: interrupted; every process was stopped.
-    """
-    # The script runs in its own folder (cwd), so it is named by its name alone.
-    arguments = [sys.executable, script.name, command, "--world-size", str(world_size)]
-    for name, value in (options or {}).items():
-        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-        arguments += [f"--{name.replace('_', '-')}", text]
-    process = subprocess.Popen(arguments, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True,
-                               cwd=script.parent if script.parent != Path() else None)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop_script(process)
-        raise RuntimeError(f"{script.name} {command} ran past {timeout:g} s and was "
-                           "stopped") from None
-    except KeyboardInterrupt:
-        raise DemoInterrupted(f"{script.name} {command} interrupted; "
-                              f"{_stop_script(process)}") from None
-    if process.returncode != 0:
-        tail = "\n".join(stderr.strip().splitlines()[-5:])
-        raise RuntimeError(f"{script.name} {command} failed (exit {process.returncode}): {tail}")
-    return json.loads(stdout)
 
 
 def fit_alpha_beta(tensor_bytes: Sequence[float], seconds: Sequence[float],

@@ -31,7 +31,6 @@ from solutions.parallel import (
     zero_bytes_per_device,
 )
 from solutions.parallel_demos import (
-    DemoInterrupted,
     draw_allreduce_sweep,
     draw_ring,
     fit_alpha_beta,
@@ -40,8 +39,8 @@ from solutions.parallel_demos import (
     pipeline_schedule,
     ring_contributions,
     ring_schedule,
-    run_demo,
 )
+from solutions.parallel_processes import DemoInterrupted, run_demo
 
 LESSON = load_lesson("07_many_devices")
 SCRIPT = LESSON.folder / "distributed_demos.py"
@@ -250,7 +249,7 @@ RUNNER = """
 import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from solutions.parallel_demos import DemoInterrupted, run_demo
+from solutions.parallel_processes import DemoInterrupted, run_demo
 try:
     run_demo("accumulate", 2, {{"steps": 1000, "hidden": 256}}, script=Path({script!r}),
              timeout={timeout})
@@ -280,8 +279,15 @@ def _run_until_ranks_start(timeout: float) -> tuple[subprocess.Popen, set[int]]:
     return runner, started
 
 
-def _alive(pids: set[int]) -> list[int]:
-    return [pid for pid in pids if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+def _alive(pids: set[int], within: float = 10.0) -> list[int]:
+    """Those of ``pids`` still running after ``within`` seconds (the measurements' server ends
+    on the signal Linux sends when its kernel dies, a moment after it)."""
+    deadline = time.monotonic() + within
+    while True:
+        alive = [pid for pid in pids if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -295,7 +301,7 @@ def test_an_interrupted_measurement_stops_every_process_and_says_so_in_one_line(
     assert out.splitlines() == ["\x1b[0;31mKeyboardInterrupt\x1b[0m: distributed_demos.py "
                                 "accumulate interrupted; the 3 processes were stopped"]
     assert "Traceback" not in err
-    assert _alive(started) == []  # the script and both ranks are gone
+    assert _alive(started) == []  # the server, the measurement and both ranks are gone
 
 
 @pytest.mark.slow
@@ -325,6 +331,48 @@ def test_run_demo_returns_the_scripts_result_and_names_a_failure(tmp_path: Path)
     missing = tmp_path / "distributed_demos.py"
     with pytest.raises(RuntimeError, match="failed"):
         run_demo("allreduce", 2, script=missing)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the measurements' server forks (Linux)")
+def test_measurements_fork_from_one_server_until_the_script_changes(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """One server per script imports torch once and forks each measurement; a script edited
+    since gets a server of its own; where there is no fork (FORK_SERVER off) each measurement
+    is a fresh process, with the same result."""
+    import shutil
+
+    from solutions import parallel_processes
+
+    script = tmp_path / "distributed_demos.py"
+    shutil.copyfile(SCRIPT, script)
+    options = {"sizes": [4096], "repeats": 1, "backend": "gloo"}
+    try:
+        first = run_demo("allreduce", 2, options, script=script)
+        server = parallel_processes.demo_server(script)
+        assert server is not None and server.usable()
+        second = run_demo("allreduce", 2, options, script=script)
+        assert parallel_processes.demo_server(script) is server  # the same process served both
+        assert first["correct"] and second["correct"]
+        os.utime(script, ns=(time.time_ns(), time.time_ns() + 10**9))  # edited
+        assert not server.usable()
+        third = run_demo("allreduce", 2, options, script=script)
+        assert third["correct"] and parallel_processes.demo_server(script) is not server
+        assert server.process.poll() is not None  # the old one was stopped
+        monkeypatch.setattr(parallel_processes, "FORK_SERVER", False)
+        assert parallel_processes.demo_server(script) is None
+        alone = run_demo("allreduce", 2, options, script=script)
+        assert [r["bytes"] for r in alone["results"]] == [4096] and alone["correct"]
+    finally:
+        for each in parallel_processes._SERVERS.values():
+            each.close()
+        parallel_processes._SERVERS.clear()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the measurements' server forks (Linux)")
+def test_a_measurement_cannot_ask_for_a_server() -> None:
+    """``serve`` is not a measurement the server runs: a request for it fails in one line."""
+    with pytest.raises(RuntimeError, match="a measurement cannot be a server"):
+        run_demo("serve", 2, script=SCRIPT)
 
 
 # ---------------------------------------------------------------- the given helpers

@@ -9,6 +9,13 @@ A notebook cannot hand its own functions to new processes, so the lesson runs th
     python distributed_demos.py zero --world-size 2 --widths 64,128,16,4
     python distributed_demos.py accumulate --world-size 2 --microbatches 4 --hidden 256
 
+A notebook that measures several times runs ``python distributed_demos.py serve`` once instead
+(on Linux): it imports torch and the modules the demos need once, then reads one request a line
+on stdin, ``{"argv": [...], "folder": "..."}``, forks a child that runs that command line as
+above, its stdout and stderr in files of those names in the folder, in a process group of its
+own, and answers ``started PID`` then ``exited STATUS``. Each measurement then starts in a
+tenth of a second rather than seconds. The server ends with the process that started it.
+
 Each rank is a process running one thread, so the ranks do not fight over the cores. The ranks
 meet through a file in a temporary folder rather than a TCP port, so runs side by side never
 collide (gloo then connects them over sockets on ports the system picks). When a rank fails, the
@@ -38,6 +45,7 @@ import itertools
 import json
 import math
 import os
+import select
 import signal
 import statistics
 import sys
@@ -129,10 +137,18 @@ def loopback_bytes() -> int | None:
     return None
 
 
-def _rank_values(rank: int, n_elements: int) -> torch.Tensor:
-    """Rank ``rank``'s float32 tensor: small integers, so that any sum of a few of them, in any
-    order, is exact (well below 2**24)."""
-    return (torch.arange(n_elements) % 16 + rank).to(torch.float32)
+def _rank_pattern(rank: int) -> torch.Tensor:
+    """The 16 float32 values that rank ``rank``'s tensor repeats: ``rank``, ..., ``rank + 15``,
+    small integers, so that any sum of a few of them, in any order, is exact (well below
+    2**24)."""
+    return torch.arange(16, dtype=torch.float32) + rank
+
+
+def _repeated(pattern: torch.Tensor, n_elements: int) -> torch.Tensor:
+    """``pattern`` over and over, ``n_elements`` values. Copying a pattern is fast where
+    arithmetic on every element is not: the exact sums of 12 MiB tensors, computed elementwise,
+    took longer than the all-reduces they check."""
+    return pattern.repeat(-(-n_elements // len(pattern)))[:n_elements]
 
 
 def allreduce_rank(rank: int, world_size: int, sizes: list[int], repeats: int,
@@ -167,9 +183,11 @@ def allreduce_rank(rank: int, world_size: int, sizes: list[int], repeats: int,
     values, buffers = [], []
     for size in sizes:
         n_elements = size // 4
-        values.append(_rank_values(rank, n_elements).to(device))
+        values.append(_repeated(_rank_pattern(rank), n_elements).to(device))
         buffers.append(values[-1].clone())
-        expected = sum(_rank_values(other, n_elements) for other in range(world_size))
+        # every rank's values summed, 16 of them, then repeated as each rank's are
+        expected = _repeated(sum(_rank_pattern(other) for other in range(world_size)),
+                             n_elements)
         dist.all_reduce(buffers[-1])
         correct = correct and torch.equal(buffers[-1].cpu(), expected)
         for _ in range(WARMUP):
@@ -446,6 +464,8 @@ def accumulate_rank(rank: int, world_size: int, microbatches: int, steps: int, h
 
 PREIMPORTS = {"zero": ("torch._dynamo", "torch.distributed.optim"),
               "accumulate": ("torch._dynamo", "torch.distributed.fsdp")}
+# The server imports these too, once, while it waits for requests (see serve).
+SERVER_IMPORTS = tuple(dict.fromkeys(m for modules in PREIMPORTS.values() for m in modules))
 DEMOS: dict[str, Callable[..., Result | None]] = {
     "allreduce": allreduce_rank, "zero": zero_rank, "accumulate": accumulate_rank}
 
@@ -614,13 +634,117 @@ def _parser() -> argparse.ArgumentParser:
                              help=f"number of processes (1 to {MAX_WORLD_SIZE})")
         command.add_argument("--backend", choices=BACKENDS, default="auto",
                              help="auto: NCCL with a GPU per rank, else gloo on the CPU")
-    parser.commands = {"allreduce": allreduce, "zero": zero, "accumulate": accumulate}
+    serve = commands.add_parser(
+        "serve", help="import torch once, then fork one measurement per request on stdin "
+        "(Linux; see the top of this file)")
+    parser.commands = {"allreduce": allreduce, "zero": zero, "accumulate": accumulate,
+                       "serve": serve}
     return parser
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     """Turn SIGTERM into SystemExit, so that ``launch`` stops the ranks on the way out."""
     raise SystemExit(128 + signum)
+
+
+def _measure(request: dict[str, Any]) -> None:
+    """In a child that ``serve`` forked: run one command line as ``main`` runs it, in a process
+    group of its own (with its ranks), its stdout and stderr in files of those names in the request's folder,
+    then exit with ``main``'s status (never returns)."""
+    status = 1
+    try:
+        os.setpgid(0, 0)  # the client stops the measurement and its ranks by this group
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_RDONLY)  # the requests are the server's to read
+        os.dup2(null, 0)
+        os.close(null)
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            target = os.open(Path(request["folder"], name),
+                             os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(target, fd)
+            os.close(target)
+        argv = [str(argument) for argument in request["argv"]]
+        if argv[:1] == ["serve"]:
+            print(f"{Path(__file__).name}: a measurement cannot be a server", file=sys.stderr)
+            status = 2
+        else:
+            status = main(argv)
+    except SystemExit as stop:  # argparse's exit 2, or SIGTERM before launch began
+        status = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # reported as an uncaught error is, with exit status 1
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(status)
+
+
+class _Requests:
+    """The request lines on stdin, read unbuffered, so that ``waiting`` can tell whether one
+    has come without blocking."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def waiting(self) -> bool:
+        return b"\n" in self._buffer or bool(select.select([0], [], [], 0)[0])
+
+    def next(self) -> dict[str, Any] | None:
+        """The next request, None once stdin has closed."""
+        while b"\n" not in self._buffer:
+            chunk = os.read(0, 65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+
+def serve() -> int:
+    """Run measurements for the process that started this one (a notebook's kernel): for each
+    request line on stdin fork a child that runs it (``_measure``), answer ``started PID``,
+    wait for it and answer ``exited STATUS`` (negative: killed by that signal). Ends when stdin
+    closes, on SIGTERM, or when its parent dies, and stops a measurement still running as it
+    goes (the measurement stops its ranks).
+
+    torch is imported at once; the modules only some demos need (``SERVER_IMPORTS``, seconds
+    more) while no request waits, and before forking a demo that needs them. Nothing is
+    imported while a measurement runs: its timings have the cores to themselves."""
+    if START_METHOD != "fork":
+        print(f"{Path(__file__).name} serve: needs fork (Linux)", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a stray Ctrl-C is for the measurement
+    _die_with_parent(os.getppid(), signal.SIGTERM)
+    requests, later, child = _Requests(), list(SERVER_IMPORTS), 0
+    try:
+        while True:
+            while later and not requests.waiting():
+                importlib.import_module(later.pop(0))
+            request = requests.next()
+            if request is None:
+                return 0
+            for module in PREIMPORTS.get(str(request["argv"][0]) if request["argv"] else "", ()):
+                importlib.import_module(module)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            child = os.fork()
+            if child == 0:
+                _measure(request)
+            # as the child does: whichever runs first, the group exists before it is named
+            with contextlib.suppress(OSError):
+                os.setpgid(child, child)
+            print(f"started {child}", flush=True)
+            _, status = os.waitpid(child, 0)
+            child = 0
+            print(f"exited {os.waitstatus_to_exitcode(status)}", flush=True)
+    finally:
+        if child:  # it has SIGTERM too when this process dies; say it now
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child, signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -632,6 +756,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return serve()
     try:
         _check_range("--world-size", args.world_size, 1, MAX_WORLD_SIZE)
         options = _options(args)
