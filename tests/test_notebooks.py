@@ -412,13 +412,21 @@ def given_before(text: str, answer: float, band: float, whole: float | None) -> 
     return found
 
 
-def read_before(nb: nbformat.NotebookNode, index: int) -> str:
+# A cell that reads a clock: what it prints is a measurement, another on every run and machine
+# (lesson 09's dense layer ran at 89.55 µs a token once, inside one variant's band).
+CLOCKED = re.compile(r"\b(perf_counter|seconds_per_call|run_demo|timeit|monotonic)\(")
+
+
+def read_before(nb: nbformat.NotebookNode, index: int, measured: bool = True) -> str:
     """What a student reads above cell ``index`` of a run notebook: the markdown, and what each
-    cell printed (its streams, errors and text results)."""
+    cell printed (its streams, errors and text results); ``measured=False`` leaves out what the
+    cells that read a clock printed (``CLOCKED``)."""
     parts = []
     for cell in nb.cells[:index]:
         if cell.cell_type == "markdown":
             parts.append(cell.source)
+        if not measured and CLOCKED.search(cell.source):
+            continue
         for output in cell.get("outputs", []):
             parts += [output.get("text", ""), output.get("evalue", ""),
                       *(str(v) for k, v in output.get("data", {}).items()
@@ -436,7 +444,9 @@ def test_no_text_or_output_before_a_prediction_gives_any_variants_answer(lesson,
     number, nor as a percentage of what the answer is a share of. Lesson 09's first cell said
     "87% of DeepSeek-V3's 256", one variant's answer to 0.1% (review 5): a student who drew it
     wrote 0.87 * 256 and earned the point. (The default, which no one with an id draws, is the
-    text's own example: lesson 03's answer in bf16 is the ridge point it teaches first.) Below
+    text's own example: lesson 03's answer in bf16 is the ridge point it teaches first. What a
+    cell that reads a clock prints is left out: a time measured here is another elsewhere, and
+    gives no one an answer; the cell's source, and the text, are read.) Below
     a prediction the lesson measures the default, and the test above keeps every other
     answer out of what it prints."""
     from grader.content.cases import as_case
@@ -447,7 +457,7 @@ def test_no_text_or_output_before_a_prediction_gives_any_variants_answer(lesson,
     cases = importlib.import_module(lesson.cases).CASES
     ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
     for name, spec in variants_of(lesson).items():
-        text = read_before(nb, ids.index(name))
+        text = read_before(nb, ids.index(name), measured=False)
         [case] = map(as_case, cases[name])
         for index in range(1, len(spec.choices)):
             answer = float(variant_answer(lesson, name, index))
