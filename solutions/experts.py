@@ -222,7 +222,7 @@ def dropped_tokens(expert_counts: list[int], capacity_factor: float) -> int:
     """(token, expert) assignments refused because an expert is over its capacity.
 
     Each expert takes at most C = ceil(capacity_factor · sum(counts) / len(counts)) of the
-    assignments routed to it (GShard's and the Switch Transformer's capacity: the even share,
+    assignments routed to it (Megatron-Core's and DeepSpeed's capacity: the even share,
     times the factor); an expert routed more than C drops the rest.
 
     Args:

@@ -30,6 +30,9 @@ from solutions.inference import decode_tokens_per_second
 TRAINING_BYTES_PER_PARAM = 16  # lesson 05's mixed precision: bf16 weights and gradients, fp32 Adam
 TOKENS_PER_RANK = 4096  # the tokens each GPU holds in one MoE block's forward, as in the lesson
 CONTEXT = 1024  # each decoding sequence's context, as in the lesson
+# JupyterLab's theme colours, legible in its light and dark themes; the fallbacks elsewhere
+FITS_COLOUR = "var(--jp-success-color1, #007a33)"
+MISSES_COLOUR = "var(--jp-error-color1, #b00020)"
 
 
 def kv_bytes_per_token(shape: dict) -> int:
@@ -129,13 +132,16 @@ def plan_html(plan: dict, n_experts: int, top_k: int, batch_size: int, ep_size: 
         _row("dense_active_tokens", "tokens/s, dense of the same active size",
              plan["dense_active_tokens"], f"{plan['dense_active_tokens']:,.0f}"),
     ]
-    fits = ("decode's bf16 weights and KV cache fit" if plan["decode_fits"] else
-            "decode's bf16 weights and KV cache do not fit: more GPUs or a smaller batch")
+    # the whole memory, no reserve (lesson 08's plans keep 10%; section 7 says so)
+    fits = (f"decode's bf16 weights and KV cache fit in the whole memory of {gpus}"
+            if plan["decode_fits"] else f"decode's bf16 weights and KV cache do not fit in "
+            f"the whole memory of {gpus}: more GPUs or a smaller batch")
+    colour = FITS_COLOUR if plan["decode_fits"] else MISSES_COLOUR
     return ('<div class="ctc-moe" style="font-size:15px;line-height:1.5">'
             '<table style="border-collapse:collapse;min-width:520px">' + "".join(rows)
             + f'</table><div data-fits="{str(plan["decode_fits"]).lower()}" '
-            f'style="font-weight:bold;color:{"#007a33" if plan["decode_fits"] else "#b00020"}">'
-            f'{fits} in the memory of {gpus}</div></div>')
+            f'style="font-weight:bold;color:{colour}">'
+            f'{fits}</div></div>')
 
 
 def experts_explorer(models: dict[str, dict], gpu: dict, node: dict) -> widgets.VBox:

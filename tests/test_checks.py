@@ -389,26 +389,36 @@ def test_a_cell_that_uses_an_unfinished_exercise_says_which_to_finish() -> None:
 
 @pytest.mark.slow
 def test_running_ahead_and_interrupting_say_one_line_each() -> None:
-    ahead, typo_inside, interrupted, interrupted_in_cell, undefined_check = run_cells(
-        "decode_tensor(3)",  # a cell run before the one that defines decode_tensor
-        "def f():\n    return undefined_name\n\nf()",
-        "def spin():\n    raise KeyboardInterrupt\n\nspin()",
-        "x = 1\nraise KeyboardInterrupt",
-        "check('not_defined_here(1)', 1)")
+    ahead, typo_inside, interrupted, interrupted_in_cell, undefined_check, in_method = \
+        run_cells(
+            "decode_tensor(3)",  # a cell run before the one that defines decode_tensor
+            "def f():\n    return undefined_name\n\nf()",
+            "def spin():\n    raise KeyboardInterrupt\n\nspin()",
+            "x = 1\nraise KeyboardInterrupt",
+            "check('not_defined_here(1)', 1)",
+            "class Layer:\n    def forward(self):\n        raise KeyboardInterrupt\n\n\n"
+            "Layer().forward()")
+    # where: the function (a method with its class), its line, and the cell by the number
+    # Jupyter shows beside it (the checks cell ran first, as [1]); a Run All stops there
+    stopped = ("; a Run All stops here, and the cells below have not run (Run > Run Selected "
+               "Cell and All Below goes on from this one)")
     [error] = ahead
     assert len(error.traceback) == 1 and "`decode_tensor` is not defined yet" in \
         error.traceback[0] and "Run All Above" in error.traceback[0]
     [error] = typo_inside  # raised inside a function: where, and what to run or check
     assert error.traceback == ["\x1b[0;31mNameError\x1b[0m: `undefined_name` is not defined "
-                               "(in f, line 2 of its cell): if a cell above defines it, run "
+                               "(in f, line 2 of cell [3]): if a cell above defines it, run "
                                "them first (Run > Run All Above Selected Cell); if not, check "
                                "its spelling"]
     [error] = interrupted
     assert error.traceback == ["\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted "
-                               "(in spin, line 2 of its cell)"]
+                               "(in spin, line 2 of cell [4])" + stopped]
     [error] = interrupted_in_cell
     assert error.traceback == ["\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted "
-                               "(line 2 of this cell)"]
+                               "(line 2 of this cell)" + stopped]
+    [error] = in_method
+    assert error.traceback == ["\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted "
+                               "(in Layer.forward, line 3 of cell [7])" + stopped]
     [error] = undefined_check
     assert error.ename == "CheckFailed" and "`not_defined_here` is not defined" in error.evalue
 
@@ -457,7 +467,7 @@ def test_a_cell_run_after_a_kernel_restart_says_so_in_one_line() -> None:
             "above this one. Run the cells above first (Run > Run All Above Selected Cell), then "
             "this one"]
         [error] = _run_in(client, "def make():\n    return widths\n\n\nmake()")
-        assert len(error["traceback"]) == 1 and "(in make, line 2 of its cell)" in \
+        assert len(error["traceback"]) == 1 and "(in make, line 2 of cell [" in \
             error["traceback"][0]
     finally:
         client.stop_channels()

@@ -512,6 +512,7 @@ def test_the_predicted_cache_bytes_are_those_of_each_students_generation(index) 
     assert type(answer) is int and answer == cache.nbytes
     if index == 0:  # the default, which the notebook's text and solutions/inference.py state
         assert answer == inference.predicted_cache_bytes_after_generation == 385_024
+        assert 2 * 2 * 4 * 16 * 47 * 8 == 96_256 and answer == 96_256 * 4  # float32 numbers
         assert cache.length == 47
         assert round(kv_cache_bytes(2, 4, 16, 48, 8, 4) / cache.nbytes - 1, 3) == 0.021
     wrong = {"the last new token too": kv_cache_bytes(2, 4, 16, cache.length + 1, n_sequences, 4),

@@ -137,6 +137,12 @@ def test_the_lessons_things_to_try() -> None:
     assert round(longer[0]["time_to_first_token"] * 1e3) == 59
     assert round(longer[1]["time_to_first_token"], 2) == 0.72
     assert round(longer[2]["time_to_first_token"], 1) == 6.3
+    # at 131,072 tokens one H100 does not hold it (68.7 GB of cache beside 13.5 GB of
+    # weights); two do, and so does one with the cache in fp8
+    assert round(longer[2]["kv_bytes_per_token"] * 131072 / 1e8) / 10 == 68.7
+    assert round(2 * longer[2]["n_params"] / 1e8) / 10 == 13.5
+    assert not longer[2]["fits"] and serving_plan(llama2, h100, 2, 1, 131072)["fits"]
+    assert serving_plan(llama2, h100, 1, 1, 131072, cache_dtype="fp8")["fits"]
     peak = h100["peak_flops"]["bf16"]
     for p, c in zip(longer, (4096, 32768, 131072), strict=True):
         assert p["time_to_first_token"] == pytest.approx(

@@ -264,12 +264,20 @@ def _own_frames(shell, tb):
     return frames
 
 
-def _where(frames) -> str:
-    """`` (in decode, line 7 of its cell)`` for the innermost function of the notebook's own
-    code, or the line of the cell itself."""
+def _where(frames, shell=None) -> str:
+    """`` (in MoELayer.forward, line 37 of cell [21])`` for the innermost function of the
+    notebook's own code (a method with its class; the cell by the number Jupyter shows beside
+    it, where IPython knows it), or the line of the cell itself."""
     for frame, line in reversed(frames):
-        if frame.f_code.co_name != "<module>":
-            return f" (in {frame.f_code.co_name}, line {line} of its cell)"
+        name = frame.f_code.co_name
+        if name != "<module>":
+            owner = frame.f_locals.get("self") if frame.f_code.co_argcount else None
+            if owner is not None and callable(getattr(type(owner), name, None)):
+                name = f"{type(owner).__name__}.{name}"
+            filenames = getattr(getattr(shell, "compile", None), "_filename_map", {})
+            number = filenames.get(frame.f_code.co_filename)
+            cell = f"cell [{number}]" if number is not None else "its cell"
+            return f" (in {name}, line {line} of {cell})"
     return f" (line {frames[-1][1]} of this cell)" if frames else ""
 
 
@@ -284,7 +292,8 @@ def _one_line(shell, etype, value, tb) -> list[str] | None:
       above (it restarted, or has just started), say so; in the cell's own code, a cell run
       before the ones above it (running ahead); in a function, say where, and what to run or
       check;
-    - KeyboardInterrupt (the stop button): say where the cell was stopped."""
+    - KeyboardInterrupt (the stop button): say where the cell was stopped, and that a Run All
+      stops there."""
     frames = _own_frames(shell, tb)
     innermost = frames[-1][0] if frames else None
     raised_here = innermost is not None and tb is not None and _innermost(tb) is innermost
@@ -312,10 +321,12 @@ def _one_line(shell, etype, value, tb) -> list[str] | None:
         if in_the_cell:
             return [f"{name} yet: it comes from a cell above this one. {_RUN_ABOVE}, then "
                     "this one"]
-        return [f"{name}{_where(frames)}: if a cell above defines it, run them first (Run > "
-                "Run All Above Selected Cell); if not, check its spelling"]
+        return [f"{name}{_where(frames, shell)}: if a cell above defines it, run them first "
+                "(Run > Run All Above Selected Cell); if not, check its spelling"]
     elif issubclass(etype, KeyboardInterrupt):
-        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted{_where(frames)}"]
+        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: interrupted{_where(frames, shell)}; "
+                "a Run All stops here, and the cells below have not run (Run > Run Selected "
+                "Cell and All Below goes on from this one)"]
     return None
 
 
