@@ -233,6 +233,31 @@ def test_correct_code_that_writes_to_stderr_keeps_its_points(graded) -> None:
     assert "debug output" in written and "a harmless warning" in written
 
 
+def test_reviews_and_reports_tables_keep_their_columns_for_every_exercise_name(
+        graded, tmp_path) -> None:
+    """One student's review and the lesson's report print a table row per exercise: its
+    columns end where the header's do, however long the lesson's names (lesson 08's
+    predicted_cache_bytes_after_generation, 38 characters, once pushed its row's out)."""
+    lesson, course = graded["lesson"], graded["course"]
+    shown = grader("review", lesson.name, "one_wrong", "--course-dir", course).stdout
+    report = grader("report", lesson.name, "--course-dir", course, "--out", tmp_path).stdout
+    names = set(graded["points"])
+    for text, column in ((shown, "computed"), (report, "passed"), (report, "mean")):
+        lines = text.splitlines()
+        at = next(i for i, line in enumerate(lines)
+                  if line.split()[:1] == ["exercise"] and f" {column} " in f"{line} ")
+        end = lines[at].index(f" {column}") + len(column) + 1  # right-aligned under it
+        rows = []
+        for line in lines[at + 1:]:
+            if not line.strip():
+                break
+            if line.split()[0] in names:
+                rows.append(line)
+        assert {row.split()[0] for row in rows} == names, (column, text)
+        for row in rows:
+            assert row[end - 1] != " " and row[end:end + 1] in (" ", ""), (column, lines[at], row)
+
+
 def test_autograde_reports_every_submission(graded) -> None:
     assert "3 graded, 0 needs_review, 0 invalid of 3" in graded["autograde"].stdout
 

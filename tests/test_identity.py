@@ -355,6 +355,24 @@ def test_a_roster_that_maps_one_id_two_ways_is_refused_with_the_rows_named(tmp_p
     same = tmp_path / "same.csv"
     same.write_text("student_id,lms_id\nana,101\nana,101\n")  # a row twice, the same: kept once
     assert read_roster(same) == read_roster(one)
+    # one e-mail, one person: in another case or another Unicode form (NFC against NFD), as a
+    # course id or as an LMS's e-mail, it is refused with its lines named
+    import unicodedata
+
+    nfc, nfd = (unicodedata.normalize(form, "anna.müller@uni.de") for form in ("NFC", "NFD"))
+    for first, second in ((nfc, nfd), ("Anna.M@Uni.de", "anna.m@uni.de")):
+        twice = tmp_path / "twice.csv"
+        twice.write_text(f"student_id,email\n{first},{first}\nbo,bo@uni.de\n"
+                         f"{second},{second}\n", encoding="utf-8")
+        if first.isascii():  # a course id must be ASCII; an LMS's e-mail need not be
+            with pytest.raises(CourseError, match=r"twice, in two ways \(lines 2 and 4, there "):
+                read_people(twice)
+        twice.write_text(f"student_id,email\nana,{first}\nbo,bo@uni.de\nanna,{second}\n",
+                         encoding="utf-8")
+        for read in (read_roster, read_people):
+            with pytest.raises(CourseError, match=r"gives email .* to two students, 'ana' "
+                                                  r"\(.*line 2\) and 'anna' \(.*line 4\)"):
+                read(twice)
 
 
 def test_the_stored_roster_refuses_an_id_for_two_students_across_files(tmp_path) -> None:
@@ -570,6 +588,23 @@ def test_a_groups_notebook_with_no_record_of_whose_numbers_asks_for_a_look_where
     assert draw_student({"course_id": own, "group": apart}, own, answered, None,
                         LESSON) == (own, "")  # no key: everyone on the defaults
     assert draw_student({"course_id": own}, own, answered, key, LESSON) == (own, "")
+    # worked for someone outside the group: graded on the member's own numbers, and the reason
+    # is grading's, naming whose numbers they were (not "records no member's numbers")
+    from grader.content.variants import Draw
+    from grader.grading.autograde import drawn_elsewhere
+
+    outsider = next(s for s in draws if s not in apart and draws[s] != draws[own])
+    worked = nbformat.read(answered, as_version=4)
+    shown = nbformat.v4.new_output("stream", name="stdout", text="your numbers\n")
+    shown.metadata = {"counting_the_cost": {"variant": {
+        "exercise": f"{LESSON.name}/{prediction.name}", "student": outsider,
+        "index": draws[outsider][prediction.name], "course": ""}}}
+    cell(worked, prediction.name).outputs = [shown]
+    nbformat.write(worked, tmp_path / "outsider.ipynb")
+    assert draw_student({"course_id": own, "group": apart}, own, tmp_path / "outsider.ipynb",
+                        key, LESSON) == (own, "")
+    [why] = drawn_elsewhere(worked, LESSON, Draw(LESSON.name, own, draws[own], group=tuple(apart)))
+    assert f"drawn for another student id, {outsider!r}" in why
 
 
 def test_a_keyless_course_refuses_hand_ins_drawn_with_a_key_and_takes_it_back(

@@ -173,6 +173,33 @@ def test_a_download_of_another_lesson_is_refused_before_anything_is_graded(grade
     assert "05_adamw_memory" not in rows.read(f"sqlite:///{course / 'gradebook.db'}")
 
 
+def test_a_link_or_a_pipe_at_the_lock_is_refused_and_nothing_it_names_is_written(
+        graded, tmp_path) -> None:
+    """The lesson's lock file is opened without following a link, and must be a regular file:
+    a symlink put at its name pointing to the course's key (once, ``withdraw`` truncated the
+    key through it) and a named pipe are each refused in one line, the key untouched."""
+    course = copy_of(graded, tmp_path / "course")
+    key = course / "variants.key"
+    before = key.read_bytes()
+    lock = course / f".gradebook.db.{LESSON.name}.lock"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(key)
+    for command in (("withdraw", LESSON.name, "s2", "--reason", "x"),
+                    ("autograde", LESSON.name, graded["class"])):
+        done = grader(*command, "--course-dir", course, check=False)
+        assert done.returncode != 0 and "is a symbolic link, not the grader's lock file; " \
+            "remove it and run again" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert key.read_bytes() == before and lock.is_symlink()
+    lock.unlink()
+    os.mkfifo(lock)
+    done = grader("withdraw", LESSON.name, "s2", "--reason", "x", "--course-dir", course,
+                  check=False)
+    assert done.returncode != 0 and "is not a regular file" in done.stderr, done.stderr
+    lock.unlink()
+    grader("withdraw", LESSON.name, "s2", "--reason", "x", "--course-dir", course)  # then it runs
+
+
 def test_withdraw_removes_a_batchs_grades_and_logs_why(graded, tmp_path) -> None:
     from grader.gradebook.decisions import state_of
     from grader.gradebook.ledger import read_decisions
@@ -373,7 +400,8 @@ def test_a_full_disk_leaves_every_file_as_it_was_and_says_so_in_one_line(graded,
     grader("review", LESSON.name, "s2", "--set", f"{WRONG}=1", "--note", "ok",
            "--course-dir", course)  # the export would change
     fill(small_disk)
-    for command in (["export"], ["report", LESSON.name], ["release", LESSON.name]):
+    for command in (["export"], ["report", LESSON.name], ["release", LESSON.name],
+                    ["withdraw", LESSON.name, "s2", "--reason", "handed in twice"]):
         done = grader(*command, "--course-dir", course, check=False)
         said = done.stderr.strip().splitlines()
         assert done.returncode == 3, (command, done.stdout, done.stderr)
@@ -382,6 +410,7 @@ def test_a_full_disk_leaves_every_file_as_it_was_and_says_so_in_one_line(graded,
         assert "Traceback" not in done.stdout + done.stderr
     assert {p: p.read_bytes() for p in before} == before  # nothing cut, nothing lost
     assert not list(course.rglob("*.partial"))
+    assert "s2" in set(ledger(course))  # the withdraw that could not finish removed nothing
     assert (course / "release" / LESSON.name / NAME).is_file()  # the earlier release stands
 
 
@@ -399,20 +428,59 @@ def test_a_file_written_whole_is_the_old_one_until_the_new_one_is_complete(tmp_p
     assert path.read_text() == "new,complete\n" and os.listdir(tmp_path) == ["grades.csv"]
 
 
+def test_a_writer_killed_half_way_leaves_a_file_the_next_writer_removes(tmp_path) -> None:
+    """A process killed (kill -9) while it writes ``grades.csv`` leaves its temporary file;
+    the next write of that file removes it. Another live process's temporary file stays, and
+    one of another machine stays until it is a day old."""
+    import signal
+
+    from grader.common.files import written
+
+    path = tmp_path / "grades.csv"
+    killed = subprocess.run(
+        [sys.executable, "-c", "import os, signal, sys\nfrom grader.common.files import "
+         "written\nheld = written(sys.argv[1])\nhandle = held.__enter__()\n"
+         "handle.write('half,')\n"
+         "handle.flush()\nos.kill(os.getpid(), signal.SIGKILL)", str(path)],
+        cwd=REPO, env=grader_env(), capture_output=True)
+    assert killed.returncode == -signal.SIGKILL
+    [left] = tmp_path.glob(".grades.csv.*.partial")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        host = left.name.split(".")[3]  # .grades.csv.HOST.PID-XXXX.partial
+        running = tmp_path / f".grades.csv.{host}.{live.pid}-abc.partial"
+        running.write_text("being written")
+        foreign, stale = (tmp_path / f".grades.csv.{name}.1-abc.partial"
+                          for name in ("elsewhere", "long_gone"))
+        foreign.write_text("another machine's")
+        stale.write_text("another machine's, old")
+        os.utime(stale, (time.time() - 2 * 86400,) * 2)
+        with written(path) as handle:
+            handle.write("whole\n")
+        assert path.read_text() == "whole\n"
+        assert sorted(p.name for p in tmp_path.glob(".*.partial")) == sorted(
+            [running.name, foreign.name])
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_a_read_only_course_directory_reads_and_refuses_to_write_in_one_line(
         graded, small_disk, tmp_path) -> None:
     course = copy_of(graded, small_disk / "course")
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     for command in (["review", LESSON.name], ["review", LESSON.name, "s2"], ["variants"],
                     ["export", "--csv", tmp_path / "g.csv"],
-                    ["report", LESSON.name, "--out", tmp_path / "report"]):
+                    ["report", LESSON.name, "--out", tmp_path / "report"],
+                    ["similarity", LESSON.name, "--out", tmp_path / "similar"]):
         done = grader(*command, "--course-dir", course, check=False)
         assert done.returncode == 0, (command, done.stderr)
     assert ("s2", LESSON.name) in read_export(tmp_path / "g.csv")
     assert (tmp_path / "report" / "exercises.csv").is_file()
+    assert (tmp_path / "similar" / "similarity.html").is_file()
     for command in (["autograde", LESSON.name, graded["class"]], ["feedback", LESSON.name],
-                    ["report", LESSON.name], ["export"], ["review", LESSON.name, "s2",
-                                                          "--accept"]):
+                    ["report", LESSON.name], ["similarity", LESSON.name], ["export"],
+                    ["review", LESSON.name, "s2", "--accept"]):
         done = grader(*command, "--course-dir", course, check=False)
         said = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(said) == 1, (command, done.stderr)
@@ -478,7 +546,12 @@ def test_report_counts_after_review_in_the_notebooks_order_on_whole_ticks(graded
     with (folder / "handins.csv").open() as handle:
         assert {r["checks"] for r in csv.DictReader(handle)} == {version(course)}
     with (folder / "variants.csv").open() as handle:  # s4's prediction: never attempted
-        assert sum(int(r["graded"]) for r in csv.DictReader(handle)) == 3
+        by_variant = list(csv.DictReader(handle))
+    assert sum(int(r["graded"]) for r in by_variant) == 3
+    # a variant no one drew has no pass rate (blank, as the terminal's "-"), not 0.000
+    assert {r["pass_rate"] for r in by_variant if r["graded"] == "0"} == {""}
+    assert all(r["pass_rate"] for r in by_variant if r["graded"] != "0")
+    assert any(r["graded"] == "0" for r in by_variant)  # 3 students, more variants
     assert "not counted: 1 gave no number (never attempted)" in said
 
 

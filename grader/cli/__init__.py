@@ -196,9 +196,10 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "similarity":
         from grader.outputs.similarity import similarity
 
-        course.writable("similarity")
+        if args.out is None:
+            course.writable("similarity", "give --out DIR to write its files elsewhere")
         similarity(course, load_lesson(args.lesson), args.threshold, args.min_shared,
-                   args.ignore_common)
+                   args.ignore_common, args.out)
         return 0
     if args.command == "export":
         from grader.outputs.export import command as export

@@ -30,8 +30,8 @@ python -m grader export [--format csv|canvas|moodle|moodle-worksheet] [--roster 
 python -m grader withdraw LESSON [STUDENT ...] --reason TEXT   remove a batch's grades
 python -m grader deadlines [--check]              the deadlines file as read: dates, extensions
 python -m grader report LESSON [--out DIR]        pass rates, score histogram, flagged ones
-python -m grader similarity LESSON              pairs of alike submissions (a hint, HTML)
-                 [--threshold F] [--min-shared N] [--ignore-common N]
+python -m grader similarity LESSON                pairs of alike submissions (a hint, HTML)
+                 [--threshold F] [--min-shared N] [--ignore-common N] [--out DIR]
 python -m grader review LESSON [STUDENT]          flagged submissions; one student's grading
                  [--accept | --set EXERCISE=POINTS | --total POINTS] [--note TEXT]
                  [--clear EXERCISE] [--clear-total] [--regrade] [--by NAME]
@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     similar.add_argument("--ignore-common", type=int, default=10, metavar="N",
                          help="leave out fragments found in more than N submissions, as MOSS "
                               "does; 0 keeps them all (default: %(default)s)")
+    similar.add_argument("--out", type=Path, metavar="DIR",
+                         help="where to write similarity.html and .csv (default: "
+                              "<course-dir>/reports/LESSON/; a read-only course needs one)")
 
     review = commands.add_parser(
         "review", parents=[common], help="flagged submissions, and the instructor's decisions",

@@ -95,6 +95,24 @@ def damaged_database_line(error: BaseException, db_url: str | None,
             "backup, and keep the damaged file aside; nothing was changed")
 
 
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or an error it came from) says the disk is full: an OSError's
+    ENOSPC or EDQUOT, or SQLite's "database or disk is full"."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "database or disk is full" in str(current).lower():
+            return True
+        todo += [current.__cause__, current.__context__, getattr(current, "orig", None)]
+    return False
+
+
 def describe(error: BaseException) -> str:
     """The first line of an error, short."""
     text = (str(error).strip().splitlines() or [type(error).__name__])[0]

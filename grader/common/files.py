@@ -10,10 +10,13 @@ cannot take it stops the command with ``Unavailable`` (one line, exit status 3).
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -31,7 +34,9 @@ def written(path: Path, mode: str = "w", *, newline: str | None = None,
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+        _remove_left_behind(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_OWNER}-",
+                                   suffix=".partial")
     except OSError as error:
         raise _stopped(path, error) from error
     try:
@@ -52,6 +57,39 @@ def written(path: Path, mode: str = "w", *, newline: str | None = None,
         if isinstance(error, OSError) and is_disk_error(error):
             raise _stopped(path, error) from error
         raise
+
+
+# Whose temporary files are whose: this machine and process, in each one's name.
+_OWNER = f"{socket.gethostname().replace('.', '_').replace('-', '_')[:40]}.{os.getpid()}"
+
+
+def _remove_left_behind(path: Path) -> None:
+    """Remove the temporary files of ``path`` that a writer killed half way left (a kill -9,
+    a lost machine cannot clean up): those of a process of this machine that no longer runs,
+    and any a day old (another machine's, or one named before names said whose)."""
+    host = _OWNER.rsplit(".", 1)[0]
+    for partial in path.parent.glob(f".{glob.escape(path.name)}.*.partial"):
+        owner = partial.name[len(path.name) + 2:].rsplit("-", 1)[0]
+        machine, _, pid = owner.rpartition(".")
+        try:
+            if machine == host and pid.isdigit():
+                if _running(int(pid)):
+                    continue
+            elif time.time() - partial.lstat().st_mtime < 86400:
+                continue
+            partial.unlink()
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove: it harms nothing
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_text(path: Path, text: str) -> None:

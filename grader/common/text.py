@@ -108,3 +108,9 @@ def student_cell(student_id: object) -> str:
     if valid_student_id(text) and not text.startswith(FORMULA_START):
         return text
     return display(text)
+
+
+def exercise_width(names, least: int = 26) -> int:
+    """The width of a table's exercise column: its longest name's (lesson 08's
+    predicted_cache_bytes_after_generation is 38 characters), at least ``least``."""
+    return max([least, *(len(str(name)) for name in names)])

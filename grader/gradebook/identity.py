@@ -293,12 +293,15 @@ def draw_student(handin_record: dict, student_id: str, notebook, key: bytes | No
 
     try:
         nb = nbformat.read(notebook, as_version=4)
-        named = Counter(canonical(student) for _, student, _, _ in recorded_variants(nb)
-                        if student and canonical(student) in group)
+        recorded = [canonical(student) for _, student, _, _ in recorded_variants(nb)
+                    if student]
     except Exception:  # an unreadable notebook: grading says so
         return own, ""
+    named = Counter(student for student in recorded if student in group)
     if named:
         return named.most_common(1)[0][0], ""
+    if recorded:  # worked for someone outside the group: grading says so, naming them
+        return own, ""
     if key is None or not _drawn_apart(key, lesson, group, nb):
         return own, ""
     return own, ("a group's hand-in (" + inert(", ".join(group), 200) + ") whose notebook "

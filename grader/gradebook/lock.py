@@ -18,10 +18,12 @@ machine that shares them:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -78,11 +80,22 @@ def _lock_file(course, lesson: str) -> Path:
 
 @contextlib.contextmanager
 def _file_lock(path: Path, lesson: str, what: str) -> Iterator[None]:
+    # Never through a link, never a file of another kind: a symlink put at the lock's name
+    # would otherwise have the lock's holder truncate and write whatever it points to (the
+    # course's key, say).
     try:
-        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o600)
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise CourseError(f"cannot lock the grades of {lesson}: {path} is a symbolic link, "
+                              "not the grader's lock file; remove it and run again") from None
         raise CourseError(f"cannot lock the grades of {lesson} ({path}: "
                           f"{error.strerror}): is the course directory writable?") from None
+    if not stat.S_ISREG(os.fstat(handle).st_mode):
+        os.close(handle)
+        raise CourseError(f"cannot lock the grades of {lesson}: {path} is not a regular file, "
+                          "not the grader's lock file; remove it and run again")
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

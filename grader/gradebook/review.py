@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from grader.common.errors import CourseError
-from grader.common.text import inert, valid_student_id
+from grader.common.text import exercise_width, inert, valid_student_id
 from grader.content.lessons import Lesson
 from grader.gradebook import ledger
 from grader.gradebook.checks import describe as describe_checks
@@ -220,13 +220,15 @@ def show(course, lesson: Lesson, student_id: str, history: bool = True) -> None:
                      + (f" (computed {_num(row['computed_score'])})"
                         if row["score"] != row["computed_score"] else ""))
         checks = record.get("exercises", {})
-        lines.append(f"  {'exercise':<26} {'score':>6} {'of':>4} {'computed':>9}  checks")
+        width = exercise_width(row.get("exercises", {}))
+        lines.append(f"  {'exercise':<{width}} {'score':>6} {'of':>4} {'computed':>9}  checks")
         for name, result in row.get("exercises", {}).items():
             ran = checks.get(name, {})
             passed = f"{ran['passed']}/{ran['total']}" if "total" in ran else "-"
             mark = "  (set)" if name in state.overrides else ""
-            lines.append(f"  {name:<26} {_num(result['score']):>6} {_num(result['max_score']):>4}"
-                         f" {_num(result['computed']):>9}  {passed}{mark}")
+            lines.append(f"  {name:<{width}} {_num(result['score']):>6} "
+                         f"{_num(result['max_score']):>4} {_num(result['computed']):>9}  "
+                         f"{passed}{mark}")
             if ran.get("note"):  # as the feedback page says it ("passes with a correct ...")
                 lines.append(f"    {inert(ran['note'], 300)}")
             if ran.get("told"):  # a graded prediction: the student's numbers and answer

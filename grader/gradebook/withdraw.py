@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 
 from grader.common.errors import CourseError
+from grader.common.faults import Unavailable, describe, disk_full
 from grader.common.files import remove_tree
 from grader.common.text import inert, valid_student_id
 from grader.content.lessons import Lesson
@@ -50,7 +51,13 @@ def withdraw(course, lesson: Lesson, students: list[str], reason: str,
         chosen = sorted(set(students) if students else known)
         if not chosen:
             raise CourseError(f"no grades of {lesson.name} to withdraw: nobody is graded")
-        _remove(course, lesson, chosen, reason, name)
+        try:
+            _remove(course, lesson, chosen, reason, name)
+        except Exception as error:
+            if not disk_full(error):
+                raise
+            raise Unavailable(f"the disk holding {course.root} is full; nothing was withdrawn "
+                              "(the transaction was rolled back)", describe(error)) from None
     for student in chosen:
         if valid_student_id(student):
             for folder in ("submitted", "autograded"):

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import csv
 import io
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader.common.errors import CourseError
 from grader.common.text import inert, valid_student_id
+from grader.content.variants import canonical
 from grader.intake import worksheet
 
 ROSTER_COLUMNS = ("name", "lms_id", "sis_user_id", "sis_login_id", "section", "email",
@@ -161,7 +163,7 @@ def _one_owner(roster: dict[str, dict[str, str]], where: dict[str, str],
             value = ids.get(field, "")
             if not value:
                 continue
-            other = owner.setdefault(value.casefold() if field == "email" else value, student)
+            other = owner.setdefault(same_email(value) if field == "email" else value, student)
             if other != student:
                 raise CourseError(
                     f"the roster gives {field} {inert(value, 60)!r} to two students, "
@@ -238,14 +240,30 @@ def read_people(path: Path, course_id: str | None = None,
             ids.append((f"moodle:{lesson}", row["participant"]))
         person = Person(value, inert(row.get("name", ""), 200), row.get("email", ""),
                         tuple(ids), where)
-        if value in seen and seen[value].ids != person.ids:
+        # one person however the id is typed: as the draw reads it (an e-mail in any case is
+        # one address), and an e-mail in any Unicode form (NFC, NFD, NFKC)
+        same = same_email(value) if "@" in value else canonical(value)
+        if same in seen and (seen[same].ids != person.ids or seen[same].course_id != value):
+            earlier = seen[same]
             raise CourseError(f"{path} names the course id {inert(value, 60)!r} twice, in two "
-                              f"ways (lines {seen[value].where.rsplit(' ', 1)[-1]} and "
-                              f"{row['line']}): keep the right row")
-        if value not in seen:
-            seen[value] = person
+                              f"ways (lines {earlier.where.rsplit(' ', 1)[-1]} and "
+                              f"{row['line']}"
+                              + (f", there as {inert(earlier.course_id, 60)!r}"
+                                 if earlier.course_id != value else "")
+                              + "): keep the right row")
+        if same not in seen:
+            seen[same] = person
             people.append(person)
+    _one_owner({p.course_id: dict(p.ids) for p in people},
+               {p.course_id: p.where for p in people}, ("email",))
     return people, left_out
+
+
+def same_email(address: str) -> str:
+    """An e-mail address as one person's, however it is typed: in any case and any Unicode
+    form (NFKC, then case folding: "Müller" typed as u and a combining diaeresis, or in
+    capitals, is one address)."""
+    return unicodedata.normalize("NFKC", address.strip()).casefold()
 
 
 def read_assignments(path: Path) -> dict[str, Assignment]:

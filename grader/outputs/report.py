@@ -9,7 +9,7 @@ from pathlib import Path
 from grader.common.errors import CourseError
 from grader.common.files import written
 from grader.common.text import display as _safe
-from grader.common.text import inert
+from grader.common.text import exercise_width, inert
 from grader.content.lessons import Lesson
 from grader.content.variants import draw, variants_of
 from grader.gradebook.checks import version_of
@@ -35,15 +35,16 @@ def report(course: CourseDir, lesson: Lesson, out: Path | None = None) -> Path:
         for name, result in (row.get("exercises") or {}).items():
             exercises.setdefault(name, []).append(
                 float(result["score"]) >= float(result["max_score"]))
+    width = exercise_width(exercises, 28)
     lines = [f"{lesson.name}: {len(rows)} submission(s)", *_versions(course, lesson, graded),
-             "", f"{'exercise':<28} {'passed':>8} {'of':>4} {'rate':>7}"]
+             "", f"{'exercise':<{width}} {'passed':>8} {'of':>4} {'rate':>7}"]
     with written(folder / "pass_rates.csv", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["exercise", "passed", "graded", "pass_rate"])
         for name, passes in exercises.items():
             rate = sum(passes) / len(passes)
             writer.writerow([name, sum(passes), len(passes), f"{rate:.3f}"])
-            lines.append(f"{name:<28} {sum(passes):>8} {len(passes):>4} {rate:>7.0%}")
+            lines.append(f"{name:<{width}} {sum(passes):>8} {len(passes):>4} {rate:>7.0%}")
 
     lines += ["", *_per_exercise(ran, graded, folder / "exercises.csv")]
     lines += _per_variant(course, lesson, ran, graded, folder / "variants.csv")
@@ -117,13 +118,14 @@ def _per_exercise(rows: list[dict], graded: dict[str, dict], path: Path) -> list
     """Per exercise: the distribution of its final scores (after review), its mean, and the
     check that failed most often with its most common message (hidden checks are counted,
     never named). Written to ``path``; returns the lines to print."""
-    lines = [f"{'exercise':<26} {'mean':>6} {'of':>4}  scores (points: submissions)"]
+    names = list(dict.fromkeys(n for r in rows for n in (r.get("exercises") or {})))
+    width = exercise_width(names)
+    lines = [f"{'exercise':<{width}} {'mean':>6} {'of':>4}  scores (points: submissions)"]
     with written(path, newline="") as handle:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["exercise", "max_points", "submissions", "mean", "distribution",
                          "full_marks", "most_failed_check", "failed", "most_common_message",
                          "hidden_failed"])
-        names = list(dict.fromkeys(n for r in rows for n in (r.get("exercises") or {})))
         for name in names:
             scores = [float(r["exercises"][name]["score"]) for r in rows
                       if name in (r.get("exercises") or {})]
@@ -147,7 +149,7 @@ def _per_exercise(rows: list[dict], graded: dict[str, dict], path: Path) -> list
             writer.writerow([name, maximum, len(scores), round(mean, 3), spread,
                              sum(s == maximum for s in scores), _safe(check), times,
                              _safe(message), hidden])
-            lines.append(f"{name:<26} {mean:>6.2f} {maximum:>4g}  {spread}")
+            lines.append(f"{name:<{width}} {mean:>6.2f} {maximum:>4g}  {spread}")
             if check:
                 lines.append(f"    most failed check ({times}x): {inert(message, 300)}")
             if hidden:
@@ -191,12 +193,14 @@ def _per_variant(course: CourseDir, lesson: Lesson, rows: list[dict], graded: di
                 tally[draw(key, lesson.name, name, drawn_for, len(spec.choices))].append(
                     float(result["score"]) >= float(result["max_score"]))
             for index, passes in tally.items():
-                rate = sum(passes) / len(passes) if passes else 0.0
+                # a variant nobody drew has no rate: blank, as the terminal's "-" (not 0.000,
+                # which a spreadsheet reads as "no one passed")
+                rate = f"{sum(passes) / len(passes):.3f}" if passes else ""
                 writer.writerow([name, index, spec.said(index), sum(passes), len(passes),
-                                 f"{rate:.3f}"])
+                                 rate])
                 label = f"{name} #{index}"
                 lines.append(f"{label:<44} {sum(passes):>8} {len(passes):>4} "
-                             + (f"{rate:>7.0%}" if passes else f"{'-':>7}"))
+                             + (f"{sum(passes) / len(passes):>7.0%}" if passes else f"{'-':>7}"))
     if left_out:
         lines.append("  not counted: " + ", ".join(f"{n} {why}"
                                                     for why, n in left_out.most_common()))

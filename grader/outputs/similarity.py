@@ -242,9 +242,9 @@ def stored_notebooks(course, lesson: Lesson) -> dict[str, Path]:
 
 def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
                min_shared: int = DEFAULT_MIN_SHARED,
-               ignore_common: int = DEFAULT_IGNORE_COMMON) -> Path:
-    """Compare every pair of graded submissions of ``lesson``; write reports/LESSON/
-    similarity.html and similarity.csv; print a summary."""
+               ignore_common: int = DEFAULT_IGNORE_COMMON, out: Path | None = None) -> Path:
+    """Compare every pair of graded submissions of ``lesson``; write similarity.html and
+    similarity.csv in ``out`` (default: reports/LESSON/ of the course); print a summary."""
     if not 0 < threshold <= 1:
         raise CourseError(f"--threshold {threshold:g}: give a fraction above 0, at most 1")
     if min_shared < 1 or ignore_common < 0:
@@ -266,7 +266,7 @@ def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
     found = [p for p in flagged_pairs(pairs, threshold, min_shared)
              if tuple(sorted((p.a, p.b))) not in same]  # listed once, as identical
     seconds = time.perf_counter() - started
-    folder = course.root / "reports" / lesson.name
+    folder = Path(out) if out is not None else course.root / "reports" / lesson.name
     folder.mkdir(parents=True, exist_ok=True)
     settings = {"threshold": threshold, "min_shared": min_shared,
                 "ignore_common": ignore_common, "submissions": len(submissions),
