@@ -88,9 +88,10 @@ class Server:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start_postgres() -> Server:
+def start_postgres(also_on: str = "") -> Server:
     """A PostgreSQL server on loopback, started. Its folder is a temporary one of its own:
-    pytest's are closed to the postgres user."""
+    pytest's are closed to the postgres user. ``also_on``: another address of this machine it
+    listens on too, trusting clients of its /24 (a network namespace's, say)."""
     binaries = postgres_bin()
     if binaries is None:
         raise RuntimeError("PostgreSQL is not installed (Debian: apt-get install postgresql)")
@@ -104,7 +105,11 @@ def start_postgres() -> Server:
     subprocess.run(_as_postgres([str(binaries / "initdb"), "-D", str(data), "-A", "trust",
                                  "-U", "postgres", "--no-sync"]),
                    check=True, capture_output=True, cwd="/")
-    options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off"
+    if also_on:
+        with (data / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {also_on.rsplit('.', 1)[0]}.0/24 trust\n")
+    listen = "127.0.0.1" + (f",{also_on}" if also_on else "")
+    options = f"-p {port} -k {sockets} -c listen_addresses={listen} -c fsync=off"
     pg_ctl = str(binaries / "pg_ctl")
     server = Server(f"postgresql://postgres@127.0.0.1:{port}/{{db}}", port,
                     _as_postgres([pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"]),

@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,11 @@ from grader.content.lessons import load_lesson
 from grader.grading.sandbox import bwrap_path
 from tests import servers
 from tests.grading_helpers import (
+    REPO,
     cell,
     graded_class,
     grader,
+    grader_env,
     grader_process,
     in_process,
     points,
@@ -256,6 +259,65 @@ def test_two_workers_on_one_machine_each_keep_their_long_submission(workers, tmp
     assert "2 graded, 0 needs_review, 0 invalid of 2" in out, (out, err)
 
 
+def test_a_batch_with_no_worker_says_so_with_the_command_then_a_worker_grades_it(
+        broker, tmp_path, shared_tmp) -> None:
+    """A coordinator started before any worker of its own (or whose workers all failed to
+    start) says, within its wait (a minute; 3 s here), that no worker has answered and the
+    exact command that starts one, says it again while none comes, and waits on. A worker
+    given another course's queue key listens on that course's queue: it never takes this
+    course's tasks (once, it took them and answered "refused", and two of three students
+    ended needs_review as if forged), and the notice counts it. The worker started with the
+    printed command grades the class, and the coordinator says that one answers now."""
+    import shlex
+
+    from grader.grading.distributed import queue_key
+
+    course = course_at(tmp_path, shared_tmp)
+    expected = class_of(FLOATS, tmp_path / "class", students=2)
+    queue_key(tmp_path / "other-course.key", create=True)
+    stranger = start_worker(broker, tmp_path / "stranger.log", tmp_path / "other-course.key")
+    wait_for(lambda: "ready" in (tmp_path / "stranger.log").read_text(), 60, "the stranger")
+    log = tmp_path / "coordinator.log"
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "grader", "autograde", FLOATS.name, str(tmp_path / "class"),
+         "--course-dir", str(course), "--broker", broker], cwd=REPO,
+        env={**grader_env(), "CTC_NO_WORKER_SECONDS": "3"}, stdout=log.open("w"),
+        stderr=subprocess.STDOUT, text=True)
+    worker = None
+    try:
+        # said again while none comes; the stranger counted once the coordinator has looked
+        wait_for(lambda: log.read_text().count("no worker has answered") >= 2
+                 and "(1 worker(s) answer with another queue key: is their --queue-key this "
+                     "course's queue.key?)" in log.read_text(), 60,
+                 "the coordinator to say twice that no worker of its own answers")
+        said = log.read_text()
+        assert f"no worker has answered on the broker ({broker})" in said
+        [command] = {line.strip() for line in said.splitlines()
+                     if line.strip().startswith("python -m grader worker ")}
+        argv = shlex.split(command)
+        assert argv[4:6] == ["--broker", broker] and argv[6] == "--queue-key"
+        assert Path(argv[7]) == (course / "queue.key").resolve()
+        assert "still waiting (Ctrl-C stops the batch; --resume" in said
+        worker = subprocess.Popen([sys.executable, *argv[1:], "--concurrency", "1"], cwd=REPO,
+                                  env=grader_env(), stdout=(tmp_path / "worker.log").open("w"),
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+        assert coordinator.wait(timeout=300) == 0, log.read_text()
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+        if worker is not None:
+            stop(worker)
+        stop(stranger)
+    said = log.read_text()
+    assert "a worker answers now (" in said and "2 graded, 0 needs_review" in said, said
+    assert "sending it again" not in said
+    stranger_said = (tmp_path / "stranger.log").read_text()
+    assert "refused task" not in stranger_said and "received" not in stranger_said, stranger_said
+    grader("export", "--course-dir", course, "--csv", tmp_path / "g.csv")
+    got = read_export(tmp_path / "g.csv")
+    assert {s: float(r["score"]) for (s, _), r in got.items()} == expected
+
+
 def test_a_forged_result_on_the_broker_is_refused_and_the_submission_sent_again(
         broker, tmp_path, shared_tmp) -> None:
     """Someone who reaches the broker reads each queued task and writes a result of their own
@@ -286,9 +348,13 @@ def test_a_forged_result_on_the_broker_is_refused_and_the_submission_sent_again(
     log = tmp_path / "worker.log"
     worker = None
     try:
+        from grader.grading.distributed import queue_key, queue_name
+
         deadline = time.monotonic() + 300
+        wait_for(lambda: queue_key_of(course).exists(), 120, "the coordinator's queue key")
+        name = queue_name(queue_key(queue_key_of(course)))  # the course's own queue
         while len(forged) < len(forgeries) and time.monotonic() < deadline:
-            for raw in client.lrange("celery", 0, -1):
+            for raw in client.lrange(name, 0, -1):
                 task = json.loads(raw)["headers"]["id"]
                 if task not in forged:
                     forgeries[len(forged)](task)

@@ -561,3 +561,23 @@ def test_the_readme_stays_short_and_keeps_the_two_commands() -> None:
 ])
 def test_anchors_are_made_as_github_makes_them(heading: str, anchor: str) -> None:
     assert slug(heading) == anchor
+
+
+def test_the_workers_service_starts_a_command_the_worker_takes() -> None:
+    """deploy/worker/ctc-grader-worker.service: its ExecStart is ``python -m grader worker``
+    with options the grader's own parser takes (the broker from its environment file), it
+    restarts the worker whenever it exits, and it starts after the network."""
+    import configparser
+    import shlex
+
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str
+    unit.read(REPO / "deploy" / "worker" / "ctc-grader-worker.service")
+    words = shlex.split(unit["Service"]["ExecStart"])
+    assert words[0].endswith("/.venv/bin/python") and words[1:4] == ["-m", "grader", "worker"]
+    args = parser().parse_args([w.replace("${CTC_BROKER}", "redis://:pw@10.0.0.5:6379/0")
+                                for w in words[3:]])
+    assert args.command == "worker" and args.broker == "redis://:pw@10.0.0.5:6379/0"
+    assert str(args.queue_key) == "/etc/ctc-grader/queue.key"
+    assert unit["Service"]["Restart"] == "always" and "EnvironmentFile" in unit["Service"]
+    assert "network-online.target" in unit["Unit"]["After"]

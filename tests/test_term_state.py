@@ -13,6 +13,7 @@ a tmpfs that fills or is mounted read-only, the test run's PostgreSQL server.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from grader.content.lessons import load_lesson
+from tests import servers
 from tests.grading_helpers import (
     REPO,
     WRONG_ANSWERS,
@@ -295,6 +297,86 @@ with lesson_lock(course, sys.argv[3], "autograde"):
     print("held", flush=True)
     time.sleep(600)
 """
+
+
+@contextlib.contextmanager
+def machine_behind_a_cable(name: str):
+    """A network namespace joined to this one by a veth pair, 10.213.N.1 here and 10.213.N.2
+    there: a machine of its own, whose cable ``cut()`` pulls (its end goes down: what this side
+    sends is lost, nothing answers, no reset comes, as when a machine is preempted or powered
+    off). Yields (this side's address, a command prefix that runs there, cut)."""
+    number = os.getpid() % 200 + 20
+    namespace, here, there = f"ctc-{name}-{number}", f"ctc{number}a", f"ctc{number}b"
+    near, far = f"10.213.{number}.1", f"10.213.{number}.2"
+    steps = [["ip", "netns", "add", namespace],
+             ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
+             ["ip", "link", "set", there, "netns", namespace],
+             ["ip", "addr", "add", f"{near}/24", "dev", here], ["ip", "link", "set", here, "up"],
+             ["ip", "netns", "exec", namespace, "ip", "addr", "add", f"{far}/24", "dev", there],
+             ["ip", "netns", "exec", namespace, "ip", "link", "set", there, "up"],
+             ["ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up"]]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+        yield near, ["ip", "netns", "exec", namespace], lambda: subprocess.run(
+            ["ip", "netns", "exec", namespace, "ip", "link", "set", there, "down"], check=True)
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True)
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+
+
+def test_a_lost_machines_lock_is_ended_by_the_server_within_a_minute(tmp_path) -> None:
+    """A grader on another machine holds the lesson's lock on a shared PostgreSQL gradebook;
+    its machine is lost (the cable pulled: no FIN, no reset). Meanwhile another grader is
+    refused, told how long the holder has been silent once it has; the server ends the lost
+    session within about a minute (TCP keepalive and user timeout set on the lock's
+    connection; the system's defaults held it 2 h 11 min), and the lesson is free again."""
+    from grader.course import Course
+    from grader.gradebook import lock
+    from grader.gradebook.lock import Busy, lesson_lock
+
+    if os.geteuid() != 0 or shutil.which("ip") is None or servers.postgres_bin() is None:
+        pytest.skip("needs root, iproute2 and PostgreSQL (a network namespace, a server)")
+    with machine_behind_a_cable("lost") as (near, there, cut):
+        server = servers.start_postgres(also_on=near)
+        try:
+            url = servers.create_database(server.url, "lost")
+            far_url = url.replace("127.0.0.1", near)
+            holder = subprocess.Popen([*there, sys.executable, "-c", HOLD,
+                                       str(tmp_path / "machine-a"), far_url, LESSON.name],
+                                      cwd=REPO, env=grader_env(), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+            other = Course(tmp_path / "machine-b", log=lambda _: None, database=url)
+            try:
+                assert holder.stdout.readline().strip() == "held", holder.stderr.read()
+                cut()
+                lost_at = time.monotonic()
+                refusals = []
+                while True:
+                    try:
+                        with lesson_lock(other, LESSON.name, "autograde"):
+                            break
+                    except Busy as refused:
+                        refusals.append(str(refused))
+                    assert time.monotonic() - lost_at < 90, refusals[-1]
+                    time.sleep(2)
+                freed = time.monotonic() - lost_at
+            finally:
+                holder.kill()
+                holder.wait()
+        finally:
+            server.end()
+    keepalive = lock.SERVER_KEEPALIVE
+    # the server probes after its idle time, count probes interval apart; the holder's last
+    # heartbeat may have come up to a beat before the cut
+    probes = keepalive["tcp_keepalives_idle"] + keepalive["tcp_keepalives_count"] * keepalive[
+        "tcp_keepalives_interval"]
+    assert refusals and all("(autograde on " in r for r in refusals), refusals
+    assert freed < min(60, probes + lock.HEARTBEAT_SECONDS + 5), (freed, refusals[-1])
+    far = near.rsplit(".", 1)[0] + ".2"
+    for refusal in refusals:  # how long it has said nothing, once that is long, and whence
+        if "has been silent for" in refusal:
+            assert f"its connection from {far} has been silent for " in refusal, refusal
 
 
 def test_the_lock_holds_across_machines_sharing_a_postgresql_gradebook(postgres_database,

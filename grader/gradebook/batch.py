@@ -325,8 +325,8 @@ def grade_on_workers(course, lesson: Lesson, pending: list, limits: Limits, part
     from grader.grading.autograde import prepare_submission
     from grader.grading.distributed import QUEUE_KEY, grade_on_workers, make_app, queue_key
 
-    signing = queue_key(course.queue_key or course.root / QUEUE_KEY,
-                        create=course.queue_key is None)
+    key_path = course.queue_key or course.root / QUEUE_KEY
+    signing = queue_key(key_path, create=course.queue_key is None)
     app = make_app(broker, visibility_timeout=limits.notebook_seconds + 600)
     digests, prepared = {}, []
     for student_id, notebook, notes, digest, drawn in pending:
@@ -345,7 +345,21 @@ def grade_on_workers(course, lesson: Lesson, pending: list, limits: Limits, part
             prepared.append(ready)
     grade_on_workers(app, lesson, prepared, limits, partial, use_sandbox,
                      lambda graded: store(graded, digests.get(graded.student_id, "")),
-                     course.log, judges=jobs, key=signing)
+                     course.log, judges=jobs, key=signing,
+                     start_worker=worker_command(broker, Path(key_path).resolve()))
+
+
+def worker_command(broker: str, key: Path) -> str:
+    """The command that starts a worker for this batch, as the instructor types it on a
+    grading machine (the broker's password left out of what is printed)."""
+    import shlex
+
+    from kombu.utils.url import maybe_sanitize_url
+
+    shown = maybe_sanitize_url(broker)
+    return (f"python -m grader worker --broker {shlex.quote(shown)} --queue-key "
+            f"{shlex.quote(str(key))}" + ("  (with the broker's password in the URL)"
+                                         if shown != broker else ""))
 
 
 def store_times(course, lesson: Lesson, layout: str, handins: list[Handin],

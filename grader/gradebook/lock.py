@@ -24,6 +24,7 @@ import hashlib
 import os
 import socket
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -44,7 +45,7 @@ def _holder(what: str) -> str:
 
 
 def _refusal(lesson: str, holder: str) -> str:
-    who = inert(holder, 200) or "who, unknown"
+    who = inert(holder, 400) or "who, unknown"
     return (f"another command is changing the grades of {lesson} ({who}): one batch of a "
             "lesson at a time. Wait for it to end, then run this again (with --resume, a "
             "batch skips what the other stored)")
@@ -118,14 +119,26 @@ def advisory_key(lesson: str) -> int:
                           signed=True)
 
 
+# How the server cuts off a lock holder whose machine is lost (preempted, powered off: no
+# FIN, no RST): TCP keepalive probes from the server after 10 s of silence, 5 s apart, 4 of
+# them unanswered, and no sent byte left unacknowledged for 30 s (tcp_user_timeout). The
+# server then ends the session and the lock with it, within about 30 s; the defaults, the
+# system's, took 2 h 11 min. Per session, for the lock's connection alone.
+SERVER_KEEPALIVE = {"tcp_keepalives_idle": 10, "tcp_keepalives_interval": 5,
+                    "tcp_keepalives_count": 4, "tcp_user_timeout": 30_000}
+
+
 @contextlib.contextmanager
 def _advisory_lock(url: str, lesson: str, what: str) -> Iterator[None]:
     from sqlalchemy import create_engine, text
     from sqlalchemy.pool import NullPool
 
     key = advisory_key(lesson)
+    # the client side's keepalive too: a lost database server is noticed as soon
     engine = create_engine(url, poolclass=NullPool,
-                           connect_args={"application_name": ("ctc " + _holder(what))[:63]})
+                           connect_args={"application_name": ("ctc " + _holder(what))[:63],
+                                         "keepalives": 1, "keepalives_idle": 10,
+                                         "keepalives_interval": 5, "keepalives_count": 4})
     try:
         connection = engine.connect()
     except Exception as error:
@@ -135,29 +148,73 @@ def _advisory_lock(url: str, lesson: str, what: str) -> Iterator[None]:
                               describe(error)) from error
         raise
     try:
+        for setting, value in SERVER_KEEPALIVE.items():  # (names are ours, not input)
+            # a server too old for one goes without it
+            with contextlib.suppress(Exception), connection.begin_nested():
+                connection.execute(text(f"SET {setting} = {int(value)}"))
         got = connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar()
         connection.commit()
         if not got:
             raise Busy(_refusal(lesson, _pg_holder(connection, key)))
-        yield
+        beating = _Heartbeat(connection)
+        beating.start()
+        try:
+            yield
+        finally:
+            beating.stop()
     finally:
         with contextlib.suppress(Exception):
             connection.close()  # ends the session, and with it the lock
         engine.dispose()
 
 
+HEARTBEAT_SECONDS = 10.0
+
+
+class _Heartbeat(threading.Thread):
+    """A query on the lock's connection every HEARTBEAT_SECONDS while the lock is held, so that
+    pg_stat_activity shows it alive: another grader's refusal says how long a holder has been
+    silent (three beats missed: its machine is likely lost, and the server ends it)."""
+
+    def __init__(self, connection):
+        super().__init__(daemon=True, name="ctc-lock-heartbeat")
+        self.connection, self.stopping = connection, threading.Event()
+
+    def run(self) -> None:
+        from sqlalchemy import text
+
+        while not self.stopping.wait(HEARTBEAT_SECONDS):
+            try:
+                self.connection.execute(text("SELECT 1"))
+                self.connection.commit()
+            except Exception:  # the server gone: the batch's own queries say so
+                return
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=30)
+
+
 def _pg_holder(connection, key: int) -> str:
-    """Who holds the advisory lock ``key``: their connection's application name."""
+    """Who holds the advisory lock ``key``: their connection's application name, and how long
+    the connection has said nothing (a lost machine's is cut off by the server)."""
     from sqlalchemy import text
 
     unsigned = key & 0xFFFFFFFFFFFFFFFF
     for _ in range(3):  # the holder may be between its lock and its name showing
         row = connection.execute(text(
-            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a "
-            "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-            "AND l.classid::bigint = :high AND l.objid::bigint = :low AND l.objsubid = 1"),
+            "SELECT a.application_name, a.client_addr::text, "
+            "EXTRACT(EPOCH FROM now() - a.state_change) FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+            "AND l.granted AND l.classid::bigint = :high AND l.objid::bigint = :low "
+            "AND l.objsubid = 1"),
             {"high": unsigned >> 32, "low": unsigned & 0xFFFFFFFF}).first()
         if row is not None and row[0]:
-            return str(row[0]).removeprefix("ctc ")
+            holder = str(row[0]).removeprefix("ctc ")
+            if row[2] is not None and float(row[2]) >= 3 * HEARTBEAT_SECONDS:
+                holder += (f"; its connection{' from ' + str(row[1]) if row[1] else ''} has "
+                           f"been silent for {float(row[2]):.0f} s, and the server ends it "
+                           "within about 30 s of silence if its machine is lost")
+            return holder
         time.sleep(0.1)
     return ""

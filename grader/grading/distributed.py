@@ -48,7 +48,7 @@ from celery import Celery
 
 from grader.common.errors import CourseError
 from grader.common.faults import WAIT_SECONDS, Unavailable, describe, is_broker_error
-from grader.common.text import text_safe
+from grader.common.text import inert, text_safe
 from grader.content.lessons import Lesson
 from grader.grading.autograde import Graded, Prepared, finish, not_graded, run_prepared
 from grader.grading.execute import Run, judge_again, verdict_from_replies
@@ -58,6 +58,9 @@ from grader.grading.probe import Check, Exercise, Failure, judge, unattempted
 
 MAX_ATTEMPTS = 3  # workers a submission may stop before it is given up as needs_review
 LOOK_SECONDS = 2.0
+# How long a batch waits for a first worker before it says that none answers, and how often it
+# says so again while none comes (CTC_NO_WORKER_SECONDS: the tests' is a few seconds).
+NO_WORKER_SECONDS = float(os.environ.get("CTC_NO_WORKER_SECONDS", "60"))
 MISSED_LOOKS = 3  # a task neither queued nor held by a live worker this often in a row is lost
 TASK = "counting_the_cost.run_submission"
 
@@ -77,6 +80,13 @@ def queue_key(path: Path, create: bool = False) -> bytes:
                           f"{QUEUE_KEY} (in its course directory, made by the first autograde "
                           "--broker) with --queue-key FILE (docs/many-machines.md)")
     return key
+
+
+def queue_name(key: bytes) -> str:
+    """The broker's queue of the course whose queue key is ``key``: named for the key (a digest
+    that tells nothing of it), so that a worker given another course's key, or an old one,
+    never takes this course's tasks off the queue (it listens on its own key's queue)."""
+    return "ctc-" + hmac.new(key, b"queue name", hashlib.sha256).hexdigest()[:16]
 
 
 def sign(key: bytes, kind: str, task: str, *parts: str) -> str:
@@ -159,10 +169,12 @@ def worker(broker: str, concurrency: int, visibility_timeout: int, key_path: Pat
     """Run a worker until it is stopped (Ctrl-C, SIGTERM)."""
     app = make_app(broker, visibility_timeout)
     app.conf.ctc_queue_key = queue_key(key_path)
+    app.conf.task_default_queue = queue_name(app.conf.ctc_queue_key)
     # A name of its own per worker, also beside others on one machine: the coordinator's look
     # at what the workers hold keeps one answer per name, and would lose the others' tasks.
     app.worker_main(["worker", "--loglevel=INFO", f"--concurrency={concurrency}",
                      "--pool=prefork", f"--hostname=ctc-{os.getpid()}@%h",
+                     f"--queues={app.conf.task_default_queue}",
                      "--without-gossip", "--without-mingle"])
     return 0
 
@@ -270,15 +282,18 @@ def task_id(lesson: Lesson, sent: Sent) -> str:
 
 def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limits: Limits,
                      partial: bool, use_sandbox: bool, done: Callable[[Graded], None],
-                     log: Callable[[str], None], judges: int = 1, key: bytes = b"") -> None:
+                     log: Callable[[str], None], judges: int = 1, key: bytes = b"",
+                     start_worker: str = "") -> None:
     """Send every prepared submission to the queue and judge each result as it arrives, calling
     ``done`` once per student, from this thread. Up to ``judges`` results are judged at once (a
     judgement may run kernels here, to judge exercises again with the course's code). A thread
     asks the live workers every few seconds what they hold and reads the queue; a submission in
-    neither (its worker died) is sent again."""
+    neither (its worker died) is sent again. While no worker has answered, it says so every
+    NO_WORKER_SECONDS, with ``start_worker`` (the command that starts one), and waits on."""
     waiting: dict[str, Sent] = {}
     broker = _Outage(app, log)
     app.conf.ctc_queue_key = key
+    app.conf.task_default_queue = queue_name(key)
     for item in prepared:
         sent = Sent(item, payload_for(item, lesson, limits))
         broker.patiently(lambda sent=sent: _send(app, lesson, sent, log))
@@ -307,10 +322,12 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
     judging: dict[Future, Sent] = {}
     watch = _Watch(app)
     watch.start()
+    lonely = _NoWorker(watch, log, _broker_name(app), start_worker)
     try:
         with ThreadPoolExecutor(max_workers=max(1, judges)) as pool:
             while waiting or judging:
                 time.sleep(0.3)
+                lonely.look(bool(judging))
                 for future in [f for f in judging if f.done()]:
                     done(judged(future, judging.pop(future)))
                 if not broker.answers():
@@ -440,20 +457,26 @@ def _broker_name(app: Celery) -> str:
 
 class _Watch(threading.Thread):
     """Every LOOK_SECONDS, which tasks the queue lists or a live worker holds, away from the
-    coordinator's loop: asking the workers waits out a whole timeout for their answers."""
+    coordinator's loop: asking the workers waits out a whole timeout for their answers. It
+    keeps the names of the workers that have answered."""
 
     def __init__(self, app: Celery):
         super().__init__(daemon=True, name="ctc-watch")
         self.app, self.stopping = app, threading.Event()
         self._looks: queue.SimpleQueue[tuple[float, set[str]]] = queue.SimpleQueue()
+        self.workers: set[str] = set()  # grows from this thread; read from the coordinator's
+        self.others: set[str] = set()  # workers on another course's queue (another key), now
 
     def run(self) -> None:
         while not self.stopping.wait(LOOK_SECONDS):
             started = time.monotonic()
             try:
-                self._looks.put((started, _accounted_for(self.app)))
+                found, answered, others = _accounted_for(self.app)
             except Exception:  # the broker did not answer: no look this time
                 continue
+            self.workers |= answered
+            self.others = others
+            self._looks.put((started, found))
 
     def looks(self) -> list[tuple[float, set[str]]]:
         """The looks finished since the last call: (when each began, the task ids it found)."""
@@ -467,22 +490,64 @@ class _Watch(threading.Thread):
         self.join(timeout=10)
 
 
-def _accounted_for(app: Celery) -> set[str]:
-    """The task ids on the queue or held by a worker that answers: a submission whose task is
-    in neither was taken by a worker that died."""
+class _NoWorker:
+    """Says, while no worker has answered the coordinator's looks, that none has: after
+    NO_WORKER_SECONDS and again every NO_WORKER_SECONDS, with the command that starts one;
+    and, once one answers after that, that it does."""
+
+    def __init__(self, watch: _Watch, log: Callable[[str], None], broker: str, command: str):
+        self.watch, self.log, self.broker = watch, log, broker
+        self.command = command or "python -m grader worker --broker URL --queue-key FILE"
+        self.since = self.last = time.monotonic()
+        self.said = False
+
+    def look(self, results: bool) -> None:
+        if self.watch.workers or results:
+            if self.said:
+                names = ", ".join(sorted(self.watch.workers)[:3]) or "a worker"
+                self.log(f"a worker answers now ({inert(names, 200)}): grading")
+                self.said = False
+            self.since = None
+            return
+        if self.since is None:  # one answered before: the lost-worker watch covers it
+            return
+        now = time.monotonic()
+        if now - self.last < NO_WORKER_SECONDS:
+            return
+        self.last, self.said = now, True
+        others = len(self.watch.others)
+        elsewhere = (f" ({others} worker(s) answer with another queue key: is their "
+                     "--queue-key this course's queue.key?)" if others else "")
+        self.log(f"no worker has answered on the broker ({self.broker}) in "
+                 f"{now - self.since:.0f} s: none runs, or none can reach it{elsewhere}. Start "
+                 "one on each grading machine (with a copy of the course's queue key):\n  "
+                 f"{self.command}\nstill waiting (Ctrl-C stops the batch; --resume goes on "
+                 "from where it stopped)")
+
+
+def _accounted_for(app: Celery) -> tuple[set[str], set[str], set[str]]:
+    """The task ids on the queue or held by a worker that answers (a submission whose task is
+    in neither was taken by a worker that died); the names of the workers that answered on
+    this course's queue, and of those on another's (a worker with another queue key)."""
     found: set[str] = set()
     inspect = app.control.inspect(timeout=1.0)
+    ours = app.conf.task_default_queue
+    queues = {str(worker): {q.get("name") for q in listed or [] if isinstance(q, dict)}
+              for worker, listed in (inspect.active_queues() or {}).items()}
+    answered = {worker for worker, names in queues.items() if ours in names}
+    others = {worker for worker, names in queues.items()
+              if ours not in names and any(str(n).startswith("ctc-") for n in names)}
     for method in (inspect.active, inspect.reserved, inspect.scheduled):
         for tasks in (method() or {}).values():
             for task in tasks:
                 found.add(task.get("id") or task.get("request", {}).get("id", ""))
     client = app.backend.client
-    for raw in client.lrange(app.conf.task_default_queue or "celery", 0, -1):
+    for raw in client.lrange(ours, 0, -1):
         try:
             found.add(json.loads(raw)["headers"]["id"])
         except (ValueError, KeyError, TypeError):
             continue
-    return found
+    return found, answered, others
 
 
 def _send(app: Celery, lesson: Lesson, sent: Sent, log: Callable[[str], None]) -> None:
