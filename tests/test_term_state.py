@@ -155,6 +155,21 @@ def test_the_checks_version_follows_the_cases_the_reference_and_the_release(tmp_
     before = checks_version(Course, a)
     released.write_text("{}")
     assert checks_version(Course, a) != before
+    # the grader's own judging too: the expected values of each student's checks, the
+    # comparison, the verdicts, the cases' tolerances (a fix there was invisible to --resume)
+    from grader.gradebook import checks
+
+    for module in ("grader.grading.plans", "grader.grading.probe", "grader.grading.execute",
+                   "grader.content.cases"):
+        copy = tmp_path / "mods" / f"judging_{module.replace('.', '_')}.py"
+        copy.write_text(Path(importlib.util.find_spec(module).origin).read_text()
+                        + "\n# a bug fixed\n")
+        as_now = checks_version(Course, a)
+        monkeypatch.setattr(checks, "JUDGING", tuple(copy.stem if m == module else m
+                                                     for m in checks.JUDGING))
+        assert checks_version(Course, a) != as_now, module
+        monkeypatch.undo()
+        monkeypatch.syspath_prepend(str(tmp_path / "mods"))
 
 
 # ------------------------------------------------------------------ item 2: wrong lesson, withdraw

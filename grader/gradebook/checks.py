@@ -3,12 +3,13 @@
 A grade depends on more than the notebook handed in: on the expected values (the reference
 code in ``solutions/``, the hidden cases and each lesson's variants in
 ``grader/content/cases/``, the data files the lesson reads), on how they are compared
-(``grader/content/notebook_checks.py``), on how each student's numbers are drawn
-(``grader/content/variants.py`` and the course's key) and on the released lesson that
-nbgrader restores the locked cells from (``<course-dir>/source/LESSON/``). The version is a
-hash of all of these, stored with every grade (the ledger's ``details``, key ``checks``), so
-that ``autograde --resume`` grades again what other checks graded (a check fixed mid-term, a
-``git pull``), and ``report`` and ``review`` say which checks made each grade."""
+(``grader/content/notebook_checks.py``, and the grader's judging: ``JUDGING``), on how each
+student's numbers are drawn (``grader/content/variants.py`` and the course's key) and on the
+released lesson that nbgrader restores the locked cells from (``<course-dir>/source/LESSON/``).
+The version is a hash of all of these, stored with every grade (the ledger's ``details``, key
+``checks``), so that ``autograde --resume`` grades again what other checks graded (a check
+fixed mid-term, a ``git pull``), and ``report`` and ``review`` say which checks made each
+grade."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ from grader.content.lessons import CHECKS_SOURCE, Lesson
 from grader.content.variants import course_key
 
 VERSION_CHARS = 12  # shown and stored: enough to tell versions apart, short enough to read
+# The grader's own code that turns a run into a verdict: the expected values of each student's
+# checks (plans), the comparison of a reply with them and the verdict (probe, execute), and
+# the cases' tolerances and forms (cases/__init__). A fix there changes grades as a fix of a
+# lesson's cases does, so --resume grades again what it graded.
+JUDGING = ("grader.grading.plans", "grader.grading.probe", "grader.grading.execute",
+           "grader.content.cases")
 KEY = "checks"  # the ledger's details key
 
 
@@ -39,6 +46,7 @@ def checks_version(course, lesson: Lesson) -> str:
     files = [("notebook", lesson.notebook), ("released", released),
              ("reference", _module_file(lesson.module)), ("cases", _module_file(lesson.cases)),
              ("comparison", CHECKS_SOURCE), ("draws", Path(variants.__file__)),
+             *((f"judging/{name}", _module_file(name)) for name in JUDGING),
              *((f"data/{name}", lesson.folder / name) for name in lesson.data_files)]
     for label, path in files:
         try:
