@@ -400,6 +400,47 @@ def test_moodle_worksheets_of_two_lessons_make_one_row_per_person_in_a_file_per_
                       "jean": {"01_float_formats": 3.0, "02_tensors_and_strides": 5.0}}
 
 
+def test_the_instructors_records_have_one_row_per_person_across_lessons(tmp_path) -> None:
+    """Moodle gives Ada a participant id per assignment (11, then 57): grades.csv names her
+    course id (her e-mail, as the roster mapped it) in both rows, and ``--per-person`` makes
+    one row of her: course id, name, e-mail, each lesson's score, the total. A lesson she has
+    no grade of is blank; an e-mail typed in another case is one person; one graded twice in a
+    lesson (handed in under two ids) counts the better and says so."""
+    from grader.outputs.export import export, export_per_person
+
+    def person(student, lesson, score, course_id, maximum=15.0, **more):
+        return {**row(student, lesson, score, source="moodle", name=more.pop("name", "Ada"),
+                      maximum=maximum), "course_id": course_id, "email": course_id, **more}
+
+    course, said = fake_course(tmp_path, [
+        person("11", "01_float_formats", 15.0, "ada@uni.fr"),
+        person("57", "02_tensors_and_strides", 6.0, "Ada@Uni.fr", maximum=9.0),
+        person("12", "01_float_formats", 3.0, "jean@uni.fr", name="Jean"),
+        person("jean", "01_float_formats", 5.0, "", name="Jean", source="folders"),
+        person("13", "02_tensors_and_strides", 4.0, "noor@uni.fr", maximum=9.0, name="Noor")])
+    export(course, tmp_path / "grades.csv")
+    with (tmp_path / "grades.csv").open() as handle:
+        ids = {(r["student_id"], r["lesson"]): r["course_id"] for r in csv.DictReader(handle)}
+    assert ids[("11", "01_float_formats")] == ids[("57", "02_tensors_and_strides")] == \
+        "ada@uni.fr"
+    assert export_per_person(course, tmp_path / "people.csv") == 4
+    with (tmp_path / "people.csv").open() as handle:
+        people = {r["course_id"]: r for r in csv.DictReader(handle)}
+    ada = people["ada@uni.fr"]
+    assert (ada["name"], ada["01_float_formats"], ada["02_tensors_and_strides"],
+            ada["total"], ada["out_of"]) == ("Ada", "15.0", "6.0", "21.0", "24.0")
+    assert people["noor@uni.fr"]["01_float_formats"] == ""  # no grade: blank, not 0
+    assert people["jean@uni.fr"]["01_float_formats"] == "3.0"  # one person, one row
+    assert people["jean"]["01_float_formats"] == "5.0"  # another id, not mapped: its own row
+    assert any("one row per person" in line for line in said)
+    twice, _ = fake_course(tmp_path, [person("11", "01_float_formats", 9.0, "ada@uni.fr"),
+                                      person("ada", "01_float_formats", 12.0, "ada@uni.fr")])
+    export_per_person(twice, tmp_path / "twice.csv")
+    with (tmp_path / "twice.csv").open() as handle:
+        [only] = list(csv.DictReader(handle))
+    assert only["01_float_formats"] == "12.0" and "graded twice" in only["note"]
+
+
 def test_a_moodle_export_without_what_moodle_needs_says_why_and_fails(tmp_path) -> None:
     from grader.outputs.export import export
     from tests.test_review import command

@@ -163,6 +163,26 @@ pytestmark = pytest.mark.xdist_group("identity")
 
 
 @pytest.mark.slow
+def test_every_row_names_the_course_id_and_the_records_have_one_row_per_person(
+        term, tmp_path) -> None:
+    """grades.csv keys a Moodle student's row by the participant id of that assignment, and
+    names the course id (the e-mail the roster maps it to) and the e-mail beside it; the
+    per-person export has one row per course id, the group's members each their own."""
+    import csv
+
+    moodle = {r["course_id"]: r for (student, _), r in term["grades"].items()
+              if student.startswith("70")}  # Moodle's participant ids 7001-7003
+    assert set(moodle) == set(term["emails"])
+    assert all(r["email"] == email for email, r in moodle.items())
+    grader("export", "--per-person", "--csv", tmp_path / "people.csv", "--course-dir",
+           term["course"])
+    with (tmp_path / "people.csv").open() as handle:
+        people = {r["course_id"]: r for r in csv.DictReader(handle)}
+    assert set(term["emails"]) | {"9001", "9002", term["dana"]} <= set(people)
+    assert all(people[email][LESSON.name] != "" for email in term["emails"])
+
+
+@pytest.mark.slow
 def test_a_moodle_download_is_refused_until_its_worksheet_maps_its_participants(term) -> None:
     refused = term["refused"]
     assert refused.returncode == 2, refused.stdout + refused.stderr

@@ -26,7 +26,8 @@ python -m grader feedback LESSON [--zip]          HTML feedback per student (--z
                  [--exchange [DIR]] [--before-due]  --exchange: the students' Assignment List)
 python -m grader export [--format csv|canvas|moodle|moodle-worksheet] [--roster FILE]
                  [--assignments FILE] [--lesson LESSON] [--include-flagged] [--per-exercise]
-                 [--csv FILE] [--dry-run]         (--dry-run: what would change in the LMS)
+                 [--per-person] [--csv FILE] [--dry-run]   (--dry-run: what would change in
+                                                  the LMS; --per-person: your own records)
 python -m grader withdraw LESSON [STUDENT ...] --reason TEXT   remove a batch's grades
 python -m grader deadlines [--check]              the deadlines file as read: dates, extensions
 python -m grader report LESSON [--out DIR]        pass rates, score histogram, flagged ones
@@ -271,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--per-exercise", action="store_true",
                         help="one row per student, lesson and exercise (csv format only; "
                              "default file: <course-dir>/grades-per-exercise.csv)")
+    export.add_argument("--per-person", action="store_true",
+                        help="one row per person across lessons, joined by course id: name, "
+                             "e-mail, each lesson's score, total (csv only; default file: "
+                             "<course-dir>/grades-per-person.csv)")
 
     worker = commands.add_parser("worker", parents=[common],
                                  help="run submissions that autograde --broker sends")

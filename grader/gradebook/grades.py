@@ -158,7 +158,8 @@ def _handin_fields(status: dict) -> dict[str, object]:
     handin = status.get("handin") or {}
     return {"name": handin.get("name", ""), "late": bool(handin.get("late")),
             "from": handin.get("from", ""), "email": handin.get("email", ""),
-            "remarks": handin.get("remarks", []), "lms_id": handin.get("lms_id", "")}
+            "remarks": handin.get("remarks", []), "lms_id": handin.get("lms_id", ""),
+            "course_id": handin.get("course_id", "")}
 
 
 def _iso(when) -> str:

@@ -38,6 +38,23 @@ LATE_COLUMNS = ("raw_score", "late_penalty", "final_score", "submitted_at", "tim
                 "due", "late_note")
 
 
+def course_id(row: dict) -> str:
+    """The id a row's student works under across lessons (the roster's, the lab's): an LMS's
+    own id for them is another per assignment under Moodle (its participant id), so only
+    this one joins a person's lessons. Where the hand-in named none, the row's id as the draw
+    reads it."""
+    from grader.content.variants import canonical
+
+    return canonical(str(row.get("course_id") or row["student_id"]))
+
+
+def email_of(row: dict) -> str:
+    """A row's e-mail: the hand-in's (Gradescope's, Canvas's roster), else its course id where
+    that is one (Moodle's download gives none; its worksheet maps the student to it)."""
+    found = str(row.get("email") or "")
+    return found or (course_id(row) if "@" in course_id(row) else "")
+
+
 def late_cells(row: dict) -> list:
     if row.get("score") is None:  # on the roster, no submission
         return ["", "", "", "", "", "", ""]
@@ -57,6 +74,48 @@ def exercise_columns(rows: list[dict]) -> list[tuple[str, str]]:
     return list(seen)
 
 
+def export_per_person(course: CourseDir, path: Path) -> int:
+    """One row per person across the course's lessons, for the instructor's own records:
+    course id, name, e-mail, each lesson's score after review and late penalty (blank: no
+    grade), the total and what it is out of. A person graded under several LMS ids (Moodle's
+    participant ids, one per assignment) is one row, joined by the course id. Where one
+    person has two grades of one lesson (handed in under two ids), the better counts and the
+    row says so. Returns the people written."""
+    rows = course.grades()
+    lessons = sorted({str(r["lesson"]) for r in rows})
+    maxima = {str(r["lesson"]): float(r["max_score"]) for r in rows}
+    people: dict[str, dict] = {}
+    for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
+        person = people.setdefault(course_id(row), {"name": "", "email": "", "scores": {},
+                                                    "notes": []})
+        person["name"] = person["name"] or str(row.get("name") or "")
+        person["email"] = person["email"] or email_of(row)
+        lesson = str(row["lesson"])
+        score = None if row["score"] is None or row["status"] == "invalid" else float(
+            row["score"])
+        if lesson in person["scores"]:
+            person["notes"].append(f"{lesson} graded twice (as {row['student_id']} too): "
+                                   "the better counts")
+            if score is None or (person["scores"][lesson] or 0.0) >= score:
+                continue
+        person["scores"][lesson] = score
+    with files.written(path, newline="") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
+        writer.writerow(["course_id", "name", "email", *lessons, "total", "out_of", "note"])
+        for key in sorted(people):
+            person = people[key]
+            scores = [person["scores"].get(lesson) for lesson in lessons]
+            writer.writerow([student_cell(key), display(person["name"]),
+                             display(person["email"]),
+                             *("" if s is None else s for s in scores),
+                             sum(s for s in scores if s is not None),
+                             sum(maxima.values()), display("; ".join(person["notes"]))])
+    course.log(f"wrote {len(people)} person(s), {len(lessons)} lesson(s) to {path}: one row "
+               "per person, joined by course id (scores in raw points, after review and late "
+               "penalty)")
+    return len(people)
+
+
 def export_per_exercise(course: CourseDir, path: Path) -> int:
     """One row per student, lesson and exercise: the score (after review), the grader's,
     whether it was set in review and why, and the checks that passed. Returns the rows
@@ -71,7 +130,7 @@ def export_per_exercise(course: CourseDir, path: Path) -> int:
         writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student_id", "lesson", "exercise", "score", "max_score",
                          "computed_score", "status", "overridden", "review_note",
-                         "checks_passed", "checks_total"])
+                         "checks_passed", "checks_total", "course_id", "email"])
         for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
             lesson, student = str(row["lesson"]), str(row["student_id"])
             ran = statuses.get(lesson, {}).get(student, {}).get("exercises", {})
@@ -83,7 +142,8 @@ def export_per_exercise(course: CourseDir, path: Path) -> int:
                                  float(result["max_score"]), float(result["computed"]),
                                  row["status"], "set" if decision else "",
                                  display(decision.note) if decision else "",
-                                 checks.get("passed", ""), checks.get("total", "")])
+                                 checks.get("passed", ""), checks.get("total", ""),
+                                 student_cell(course_id(row)), display(email_of(row))])
                 written += 1
     course.log(f"wrote {written} exercise grade(s) of {len(rows)} submission(s) to {path} "
                "(scores in raw points)")
@@ -94,6 +154,13 @@ def command(course: CourseDir, args, lesson: str | None) -> int:
     """``python -m grader export``, as the command line's ``args`` ask."""
     if not args.dry_run and (args.csv is None or course.root in args.csv.resolve().parents):
         course.writable("export", "give --csv FILE to write elsewhere")
+    if args.per_person:
+        if args.format != "csv" or args.dry_run or args.per_exercise:
+            raise CourseError("--per-person writes the csv format for your own records (an "
+                              "LMS's import takes its own ids): leave out --format, --dry-run "
+                              "and --per-exercise")
+        export_per_person(course, args.csv or course.root / "grades-per-person.csv")
+        return 0
     if args.per_exercise:
         if args.format != "csv" or args.dry_run:
             raise CourseError("--per-exercise writes the csv format (an LMS's import takes "
@@ -173,7 +240,8 @@ def export(course: CourseDir, path: Path, kind: str = "csv",
     lines: list[list] = [["student_id", "lesson", "score", "max_score", "status", "reason",
                           "name", "late", "from", "lms_id", "computed_score", "review",
                           "review_note", "reviewed_by",
-                          *(f"{lesson}/{name}" for lesson, name in columns), *LATE_COLUMNS]]
+                          *(f"{lesson}/{name}" for lesson, name in columns), *LATE_COLUMNS,
+                          "course_id", "email"]]
     for row in sorted(rows, key=lambda r: (str(r["lesson"]), str(r["student_id"]))):
         score = "" if row["score"] is None else float(row["score"])
         computed = row.get("computed_score")
@@ -188,7 +256,8 @@ def export(course: CourseDir, path: Path, kind: str = "csv",
                       display(row.get("reviewed_by", "")),
                       *(float(per[name]["score"]) if lesson == row["lesson"]
                         and name in per else "" for lesson, name in columns),
-                      *late_cells(row)])
+                      *late_cells(row), student_cell(course_id(row)),
+                      display(email_of(row))])
     tables.write(path, lines, ("student_id", "lesson"), ("score", "status"), "name",
                  quoting=csv.QUOTE_NONNUMERIC)
     if not dry_run:
