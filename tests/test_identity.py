@@ -163,6 +163,26 @@ pytestmark = pytest.mark.xdist_group("identity")
 
 
 @pytest.mark.slow
+def test_the_codes_go_out_as_a_mail_merge_with_the_rosters_names_and_e_mails(term,
+                                                                            tmp_path) -> None:
+    """``variants --csv FILE``: course id, name, e-mail and code of each student of the roster
+    (here the Moodle worksheet's three), the codes those the terminal shows."""
+    import csv
+
+    from grader.content.variants import student_code
+
+    done = grader("variants", "--csv", tmp_path / "codes.csv", "--course-dir", term["course"])
+    with (tmp_path / "codes.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["course_id"] for r in rows] == sorted(term["emails"])
+    for number, email in enumerate(term["emails"], start=7001):
+        [mine] = [r for r in rows if r["course_id"] == email]
+        assert (mine["name"], mine["email"], mine["code"]) == (
+            f"Student {number}", email, student_code(term["key"], email))
+        assert f"{email}\t{mine['code']}" in done.stdout
+
+
+@pytest.mark.slow
 def test_every_row_names_the_course_id_and_the_records_have_one_row_per_person(
         term, tmp_path) -> None:
     """grades.csv keys a Moodle student's row by the participant id of that assignment, and

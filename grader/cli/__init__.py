@@ -224,8 +224,13 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "variants":
         from grader.gradebook.coursedir import student_codes
 
-        for student, code in student_codes(course, args.students):
+        codes = student_codes(course, args.students)
+        for student, code in codes:
             print(f"{student}\t{code}")
+        if args.csv is not None:
+            from grader.gradebook.coursedir import write_codes
+
+            write_codes(course, codes, args.csv)
         return 0
     if args.command == "progress":
         from grader.lab.progress import progress

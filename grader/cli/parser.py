@@ -40,7 +40,7 @@ python -m grader review LESSON [STUDENT]          flagged submissions; one stude
 python -m grader roster [FILE ...]                the course roster: each student's course id and
                  [--lesson LESSON] [--course-id FIELD] [--replace]  the LMS ids standing for them
 python -m grader variants [STUDENT ...]           each student's code: their own numbers in
-                                                  a lab on their own machine
+                 [--csv FILE]                     a lab on their own machine (--csv: for mail)
 python -m grader lab [--smoke] [--reset LESSON]   the student workspace in JupyterLab
                  [--student ID [--code CODE]]     your own numbers (set once)
 python -m grader progress [LESSON ...]            which of your exercises pass their checks
@@ -331,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     variants.add_argument("students", nargs="*", metavar="STUDENT",
                           help="(default: every student of the course roster, else of the "
                                "gradebook)")
+    variants.add_argument("--csv", type=Path, metavar="FILE",
+                          help="also write course_id, name, email, code (the roster's names "
+                               "and e-mails) to FILE, for a mail merge")
 
     progress = commands.add_parser("progress", parents=[common],
                                    help="which exercises of your workspace pass their checks")

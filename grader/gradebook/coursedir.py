@@ -316,3 +316,25 @@ def student_codes(course: CourseDir, students: list[str]) -> list[tuple[str, str
     if bad:
         raise CourseError(f"not student ids: {', '.join(map(repr, bad[:5]))}")
     return [(student, student_code(key, student)) for student in students]
+
+
+def write_codes(course: CourseDir, codes: list[tuple[str, str]], path: Path) -> None:
+    """``variants --csv FILE``: course_id, name, email, code, one row per student, for a mail
+    merge (names and e-mails from the course roster; a course id that is an e-mail is its
+    own). Written whole; cells a spreadsheet would read as a formula are made text."""
+    import csv
+
+    from grader.common.files import written
+    from grader.common.text import display, student_cell
+    from grader.gradebook.identity import read_roster
+
+    people = read_roster(course.db_url).people if course.has_gradebook() else {}
+    with written(path, newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["course_id", "name", "email", "code"])
+        for student, code in codes:
+            person = people.get(student, {})
+            email = person.get("email") or (student if "@" in student else "")
+            writer.writerow([student_cell(student), display(person.get("name") or ""),
+                             display(email), code])
+    course.log(f"wrote {len(codes)} code(s) to {path}: course_id, name, email, code")
