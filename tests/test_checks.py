@@ -331,6 +331,32 @@ def test_a_zip_member_whose_header_lies_about_its_size_is_refused(tmp_path) -> N
     assert (tmp_path / "out" / "carl" / "float_formats.ipynb").read_bytes() == b"{}"
 
 
+def test_a_zip_names_utf8_without_its_flag_as_its_maker_meant(tmp_path) -> None:
+    """Info-ZIP's zip on Linux writes "Anna Müller" in UTF-8 without the zip's UTF-8 flag:
+    read as cp437, it was "Anna M├╝ller" in every folder, progress line, export and feedback
+    zip after. A name without the flag whose bytes are UTF-8 is read as UTF-8; one in cp437
+    (bytes that are no UTF-8) stays cp437; a flagged one is as it says."""
+    import zipfile
+
+    from grader.intake.zips import unpack_zip
+
+    archive = tmp_path / "moodle.zip"
+    with zipfile.ZipFile(archive, "w") as out:  # ASCII names of the right lengths, then bytes
+        out.writestr("Anna MXXller_7001_assignsubmission_file_/float_formats.ipynb", b"{}")
+        out.writestr("CafX_7002_assignsubmission_file_/float_formats.ipynb", b"{}")
+        out.writestr("Zoë_7003_assignsubmission_file_/float_formats.ipynb", b"{}")  # flagged
+    data = archive.read_bytes()
+    data = data.replace(b"Anna MXXller", "Anna Müller".encode())
+    data = data.replace(b"CafX", "Café".encode("cp437"))
+    archive.write_bytes(data)
+    (tmp_path / "out").mkdir()
+    received = unpack_zip(archive, tmp_path / "out")
+    assert received.refused_members == []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "Anna Müller_7001_assignsubmission_file_", "Café_7002_assignsubmission_file_",
+        "Zoë_7003_assignsubmission_file_"]
+
+
 def run_cells(*sources: str, env: dict[str, str] | None = None) -> list[list[dict]]:
     """Outputs of each cell after the checks cell, run in a real kernel (with ``env`` added to
     its environment)."""

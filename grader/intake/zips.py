@@ -105,6 +105,8 @@ def unpack_zip(archive_path: Path, into: Path,
     received = Received(into)
     with archive:
         members = archive.infolist()
+        for member in members:
+            member.filename = _utf8_name(member)
         if len(members) > MAX_ZIP_MEMBERS:
             raise CourseError(f"{display_name(str(archive_path))} has {len(members)} members, "
                               f"more than {MAX_ZIP_MEMBERS}; refusing")
@@ -138,6 +140,21 @@ def unpack_zip(archive_path: Path, into: Path,
         if ignored:
             received.notes.append(f"ignored {ignored} zip member(s) of __MACOSX or hidden files")
     return received
+
+
+def _utf8_name(member: zipfile.ZipInfo) -> str:
+    """A member's name as its maker meant it. The zip format's default is cp437, and a name in
+    UTF-8 should carry the UTF-8 flag; Info-ZIP's ``zip`` on Linux (and others) writes UTF-8
+    names without it, which cp437 reads as "Anna M├╝ller". A name without the flag is taken as
+    UTF-8 where its bytes are valid UTF-8 (cp437 text beyond ASCII almost never is), else as
+    cp437. (Only the name used here changes: the archive checks each member's header against
+    the name as read.)"""
+    if member.flag_bits & 0x800 or member.filename.isascii():
+        return member.filename
+    try:
+        return member.filename.encode("cp437").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return member.filename
 
 
 def _member_problem(member: zipfile.ZipInfo, parts: list[str]) -> str | None:
