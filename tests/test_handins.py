@@ -578,8 +578,10 @@ def test_each_download_is_recognised_and_every_student_graded_once(classroom, la
 @pytest.mark.xdist_group("handins")
 def test_the_graded_attempt_and_the_names_are_reported(classroom) -> None:
     canvas = classroom["runs"]["canvas"].stdout
-    assert "101 (lovelaceada, LATE): graded" in canvas and "the latest of 2" in canvas
-    assert "103 (roerick, LATE): graded" in canvas and "reads as" not in canvas
+    # the roster's names, not the download's squashed ones ("lovelaceada")
+    assert "101 (Lovelace, Ada, LATE): graded" in canvas and "the latest of 2" in canvas
+    assert "103 (Roe, Rick, LATE): graded" in canvas and "reads as" not in canvas
+    assert classroom["grades"][("101", LESSON.name)]["name"] == "Lovelace, Ada"
     assert "plot.png" in canvas
     grades = classroom["grades"]
     assert grades[("5001", LESSON.name)]["name"] == "Adélaïde Lovelace"
@@ -681,7 +683,7 @@ def test_hostile_members_of_lms_zips_cost_only_their_own_student(tmp_path, share
         "Student,ID,SIS User ID,SIS Login ID,Section\n"
         + "".join(f"S{n},{n},,s{n},A\n" for n in range(101, 106)))
     (tmp_path / "worksheet.csv").write_text(
-        "Identifier,Full name,Email address\nParticipant 7,Dot,dot@uni.fr\n"
+        "Identifier,Full name,Email address\nParticipant 7,.Dot Com,dot@uni.fr\n"
         "Participant 8,Eve,eve@uni.fr\n")
     grader("roster", tmp_path / "gradebook.csv", "--course-dir", course)
     grader("roster", tmp_path / "worksheet.csv", "--lesson", LESSON.name, "--course-dir", course)

@@ -181,7 +181,15 @@ def identify(course, lesson: str, layout: str, handins: list, varies: bool) -> N
         lms_id = handin.lms_id or handin.student_id
         owners, how = roster.find(layout, lms_id, handin.email, lesson)
         if len(owners) == 1:
-            handin.course_id, found_any = canonical(next(iter(owners))), True
+            owner = next(iter(owners))
+            handin.course_id, found_any = canonical(owner), True
+            person = roster.people.get(owner) or {}
+            # the roster's name ("Lovelace, Ada"), where a download has a squashed one
+            # ("lovelaceada", Canvas's) or none; its e-mail where the download gives none
+            if person.get("name"):
+                handin.name = inert(str(person["name"]), 200)
+            if person.get("email") and not handin.email:
+                handin.email = str(person["email"])
             continue
         handin.course_id = canonical(handin.student_id)
         if len(owners) > 1:
