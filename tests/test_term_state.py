@@ -250,6 +250,34 @@ def test_withdraw_removes_a_batchs_grades_and_logs_why(graded, tmp_path) -> None
     assert float(read_export_after(course, tmp_path)[("s2", LESSON.name)]["score"]) == ONE_WRONG
 
 
+def test_withdrawn_grades_leave_the_lms_files_and_say_whose_the_lms_still_holds(
+        graded, tmp_path) -> None:
+    """Grades exported for Canvas, then withdrawn: withdraw names the students whose grades
+    the LMS file held (they must be cleared in Canvas); once no grade of the lesson is left,
+    the next export removes the lesson's Canvas file (it would import withdrawn grades again)
+    and says "no grades left", as a --lesson export does."""
+    course = copy_of(graded, tmp_path / "course")
+    (tmp_path / "assignments.csv").write_text(f"lesson,title,id,points\n{LESSON.name},"
+                                              "Float formats,4242,\n")
+    (tmp_path / "roster.csv").write_text("student_id,lms_id\n" + "".join(
+        f"s{n},{100 + n}\n" for n in range(1, 5)))  # each student's Canvas user id
+    canvas = ("export", "--format", "canvas", "--assignments", tmp_path / "assignments.csv",
+              "--roster", tmp_path / "roster.csv", "--course-dir", course)
+    grader(*canvas)
+    target = course / f"grades-canvas-{LESSON.name}.csv"
+    assert target.is_file()
+    done = grader("withdraw", LESSON.name, "s1", "--reason", "wrong class", "--course-dir",
+                  course)
+    assert f"the LMS may still hold the grades you imported from {target.name} for s1: " \
+        "clear them there" in done.stdout, done.stdout
+    grader("withdraw", LESSON.name, "--reason", "wrong class", "--course-dir", course)
+    done = grader(*canvas, check=False)
+    assert f"no grades left for {LESSON.name}: removed {target}" in done.stdout, done.stdout
+    assert not target.exists()
+    done = grader(*canvas[:-2], "--lesson", LESSON.name, "--course-dir", course, check=False)
+    assert done.returncode == 2 and "every one withdrawn" in done.stderr, done.stderr
+
+
 def read_export_after(course: Path, tmp: Path) -> dict:
     grader("export", "--course-dir", course, "--csv", tmp / "after.csv")
     return read_export(tmp / "after.csv")

@@ -51,6 +51,9 @@ def withdraw(course, lesson: Lesson, students: list[str], reason: str,
         chosen = sorted(set(students) if students else known)
         if not chosen:
             raise CourseError(f"no grades of {lesson.name} to withdraw: nobody is graded")
+        records = course.statuses(lesson.name).get(lesson.name, {})
+        held = lms_still_holding(course, lesson.name, {
+            student: _ids_of(student, records.get(student) or {}) for student in chosen})
         try:
             _remove(course, lesson, chosen, reason, name)
         except Exception as error:
@@ -69,7 +72,42 @@ def withdraw(course, lesson: Lesson, students: list[str], reason: str,
     course.log(f"{lesson.name}: withdrew the grades of {len(chosen)} student(s), as {name} "
                f"({inert(reason, 300)}): {inert(', '.join(chosen), 1000)}. The review log "
                "keeps who, when and why; grading them again starts afresh")
+    for file, whose in held.items():
+        course.log(f"  the LMS may still hold the grades you imported from {file.name} for "
+                   f"{inert(', '.join(whose), 600)}: clear them there (the next export "
+                   "rewrites that file, or removes it where no grade of the lesson is left)")
     return chosen
+
+
+def _ids_of(student: str, record: dict) -> set[str]:
+    """Every id an LMS file may name ``student`` by: the gradebook's, the LMS's, the course
+    id, the e-mail (case-folded)."""
+    handin = record.get("handin") or {}
+    found = {student, *(str(handin.get(k) or "") for k in ("lms_id", "course_id", "email"))}
+    return {x.casefold() for x in found if x}
+
+
+def lms_still_holding(course, lesson: str, ids: dict[str, set[str]]) -> dict:
+    """The LMS import files of ``lesson`` in the course directory (``export --format canvas``
+    or ``moodle``, by default there) that hold a grade of one of the students of ``ids``:
+    file -> those students. What such a file gave the LMS stays there until cleared."""
+    import csv
+
+    found: dict = {}
+    for file in sorted(course.root.glob(f"*-{lesson}.csv")):
+        if file.is_symlink() or not file.is_file():
+            continue
+        try:
+            with file.open(newline="", encoding="utf-8-sig") as handle:
+                # every column but the last, the score (a score may read as an id)
+                cells = {cell.strip().casefold() for row in csv.reader(handle)
+                         for cell in row[:-1]}
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+        whose = [student for student, own in ids.items() if own & cells]
+        if whose:
+            found[file] = whose
+    return found
 
 
 def _graded(course, lesson: Lesson) -> set[str]:

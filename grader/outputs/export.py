@@ -74,6 +74,25 @@ def exercise_columns(rows: list[dict]) -> list[tuple[str, str]]:
     return list(seen)
 
 
+def _remove_withdrawn(course: CourseDir, path: Path, kind: str, lessons: set[str],
+                      dry_run: bool) -> None:
+    """An LMS import file of a lesson whose grades are all gone (withdrawn) holds grades that
+    no longer stand: removed, so that it is not imported again, saying so."""
+    if kind == "csv":
+        return
+    from grader.outputs.lms_export import lesson_file
+
+    for lesson in sorted(lessons):
+        target = lesson_file(path, lesson)
+        if target.is_file() and not target.is_symlink():
+            if not dry_run:
+                target.unlink()
+            course.log(f"no grades left for {lesson}: "
+                       + ("would remove" if dry_run else "removed")
+                       + f" {target}, written from grades since withdrawn (clear them in the "
+                       "LMS too: python -m grader withdraw listed whose)")
+
+
 def export_per_person(course: CourseDir, path: Path) -> int:
     """One row per person across the course's lessons, for the instructor's own records:
     course id, name, e-mail, each lesson's score after review and late penalty (blank: no
@@ -186,11 +205,14 @@ def export(course: CourseDir, path: Path, kind: str = "csv",
     if kind not in KINDS:
         raise CourseError(f"unknown export format {kind!r}: {', '.join(KINDS)}")
     rows = course.grades()
+    graded_lessons = {str(r["lesson"]) for r in rows}
     if lesson is not None:
         rows = [r for r in rows if r["lesson"] == lesson]
         if not rows:
-            raise CourseError(f"no grades for {lesson} yet: run `python -m grader autograde "
-                              f"{lesson} SUBMISSIONS` first")
+            _remove_withdrawn(course, path, kind, {lesson}, dry_run)
+            raise CourseError(f"no grades for {lesson}: none graded yet, or every one "
+                              f"withdrawn (run `python -m grader autograde {lesson} "
+                              "SUBMISSIONS`)")
     if isinstance(roster_path, Path):
         roster_path = [roster_path]
     if kind == "moodle-worksheet":
@@ -232,8 +254,12 @@ def export(course: CourseDir, path: Path, kind: str = "csv",
                        + inert(", ".join(unknown), 500))
         students = sorted(set(students) | set(roster))
     if kind != "csv":
+        from grader.content.lessons import all_lessons
         from grader.outputs.lms_export import write_lms
 
+        gone = {x.name for x in all_lessons()} - graded_lessons
+        if lesson is None:
+            _remove_withdrawn(course, path, kind, gone, dry_run)
         return write_lms(course, path, kind, rows, students, lessons, maxima, roster or {},
                          assignments, include_flagged, tables)
     columns = exercise_columns(rows)
