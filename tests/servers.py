@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.common.faults import process_alive
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -82,6 +84,15 @@ class Server:
                 raise RuntimeError(f"{self.start_command[0]} did not start")
             time.sleep(0.1)
 
+    def started(self) -> Server:
+        """Started (ended again, folder and all, if it does not start): itself."""
+        try:
+            self.start()
+        except BaseException:
+            self.end()
+            raise
+        return self
+
     def end(self) -> None:
         """Stop it at once, whatever it holds, and remove its folder."""
         subprocess.run(self.end_command, capture_output=True, cwd="/")
@@ -117,12 +128,7 @@ def start_postgres(also_on: str = "") -> Server:
                                   str(folder / "server.log"), "-w", "start"]),
                     _as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]),
                     str(folder))
-    try:
-        server.start()
-    except BaseException:
-        server.end()
-        raise
-    return server
+    return server.started()
 
 
 def start_redis() -> Server:
@@ -140,12 +146,7 @@ def start_redis() -> Server:
              "--logfile", str(folder / "redis.log")]
     stop = [cli, "-p", str(port), "shutdown", "nosave"]
     server = Server(f"redis://127.0.0.1:{port}/{{db}}", port, stop, start, stop, str(folder))
-    try:
-        server.start()
-    except BaseException:
-        server.end()
-        raise
-    return server
+    return server.started()
 
 
 @contextlib.contextmanager
@@ -177,16 +178,6 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @contextlib.contextmanager
 def shared(folder: Path, kind: str, start: Callable[[], Server]) -> Iterator[Server]:
     """One server of ``kind`` for every process of a test run that asks (each xdist worker):
@@ -199,7 +190,7 @@ def shared(folder: Path, kind: str, start: Callable[[], Server]) -> Iterator[Ser
 
     def signed_in() -> set[int]:
         pids = users.read_text().split() if users.exists() else []
-        return {pid for pid in map(int, pids) if _alive(pid)}
+        return {pid for pid in map(int, pids) if process_alive(pid)}
 
     with _locked(folder / f"{kind}-server.lock"):
         present = signed_in()

@@ -13,7 +13,7 @@ import errno
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -65,9 +65,9 @@ DAMAGED = ("file is not a database", "database disk image is malformed",
            "malformed database schema", "file is encrypted or is not a database")
 
 
-def damaged_database(error: BaseException) -> str:
-    """What SQLite said, where ``error`` (or an error it came from) says the database file is
-    damaged; else ''."""
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and every error it came from (its cause, its context, a driver's ``orig``),
+    each once."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [error]
     while todo:
@@ -75,11 +75,18 @@ def damaged_database(error: BaseException) -> str:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
+        yield current
+        todo += [current.__cause__, current.__context__, getattr(current, "orig", None)]
+
+
+def damaged_database(error: BaseException) -> str:
+    """What SQLite said, where ``error`` (or an error it came from) says the database file is
+    damaged; else ''."""
+    for current in _chain(error):
         text = str(current).lower()
         found = next((what for what in DAMAGED if what in text), "")
         if found:
             return found
-        todo += [current.__cause__, current.__context__, getattr(current, "orig", None)]
     return ""
 
 
@@ -98,19 +105,9 @@ def damaged_database_line(error: BaseException, db_url: str | None,
 def disk_full(error: BaseException) -> bool:
     """Whether ``error`` (or an error it came from) says the disk is full: an OSError's
     ENOSPC or EDQUOT, or SQLite's "database or disk is full"."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [error]
-    while todo:
-        current = todo.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if "database or disk is full" in str(current).lower():
-            return True
-        todo += [current.__cause__, current.__context__, getattr(current, "orig", None)]
-    return False
+    return any((isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT))
+               or "database or disk is full" in str(current).lower()
+               for current in _chain(error))
 
 
 def describe(error: BaseException) -> str:

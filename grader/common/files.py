@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from grader.common.faults import Unavailable, describe, is_disk_error
+from grader.common.faults import Unavailable, describe, is_disk_error, process_alive
 
 
 @contextlib.contextmanager
@@ -73,23 +73,13 @@ def _remove_left_behind(path: Path) -> None:
         machine, _, pid = owner.rpartition(".")
         try:
             if machine == host and pid.isdigit():
-                if _running(int(pid)):
+                if process_alive(int(pid)):
                     continue
             elif time.time() - partial.lstat().st_mtime < 86400:
                 continue
             partial.unlink()
         except OSError:
             continue  # gone meanwhile, or not ours to remove: it harms nothing
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def write_text(path: Path, text: str) -> None:
