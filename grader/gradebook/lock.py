@@ -203,7 +203,7 @@ def _pg_holder(connection, key: int) -> str:
     unsigned = key & 0xFFFFFFFFFFFFFFFF
     for _ in range(3):  # the holder may be between its lock and its name showing
         row = connection.execute(text(
-            "SELECT a.application_name, a.client_addr::text, "
+            "SELECT a.application_name, host(a.client_addr), "
             "EXTRACT(EPOCH FROM now() - a.state_change) FROM pg_locks l "
             "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
             "AND l.granted AND l.classid::bigint = :high AND l.objid::bigint = :low "

@@ -29,6 +29,9 @@ from grader.grading.sandbox import PRIVATE_DIR, SandboxKernelManager, SandboxSet
 OWN_SHARE = 0.5  # of the notebook's time, for cells that are neither the course's nor graded
 
 
+RECEIVE_QUEUE = 64  # messages that may wait in each of the grader's sockets to a kernel
+
+
 class GradingError(Exception):
     """The grader itself could not run a submission (the kernel would not start, say)."""
 
@@ -165,6 +168,13 @@ class Kernels:
         km.sandbox = SandboxSetup(work_dir, self.files, self.uid, self.limits, self.use_sandbox,
                                   cgroup, private, self.env)
         km.context.setsockopt(zmq.MAXMSGSIZE, self.limits.message_bytes)
+        # At most RECEIVE_QUEUE messages wait in each of the grader's sockets: with zmq's
+        # default (1000) a kernel that floods its output while the grader is short of CPU
+        # queued up to 1000 messages of up to 32 MiB in the grader (1.9 GB seen under a busy
+        # machine). Past it the kernel's output is dropped (its own queue fills, in its own
+        # memory limit): a flood hits the output limit either way, and the checks' replies
+        # come through files, not these sockets.
+        km.context.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         client = LimitedClient(executed, km=km, timeout=self.limits.cell_seconds,
                                allow_errors=True, output_limit=self.limits.output_bytes,
                                startup_timeout=max(10, int(min(120, self.clock.left()))),
