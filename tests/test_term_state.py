@@ -415,7 +415,9 @@ def test_a_lost_machines_lock_is_ended_by_the_server_within_a_minute(tmp_path) -
     probes = keepalive["tcp_keepalives_idle"] + keepalive["tcp_keepalives_count"] * keepalive[
         "tcp_keepalives_interval"]
     assert refusals and all("(autograde on " in r for r in refusals), refusals
-    assert freed < min(60, probes + lock.HEARTBEAT_SECONDS + 5), (freed, refusals[-1])
+    # (the line is the minute: on an idle machine it is about probes + a beat, ~40 s;
+    # a busy one answers the polls late)
+    assert freed < 60 and probes + lock.HEARTBEAT_SECONDS < 60, (freed, refusals[-1])
     far = near.rsplit(".", 1)[0] + ".2"
     for refusal in refusals:  # how long it has said nothing, once that is long, and whence
         if "has been silent for" in refusal:
