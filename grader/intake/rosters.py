@@ -11,7 +11,6 @@ from pathlib import Path
 
 from grader.common.errors import CourseError
 from grader.common.text import inert, valid_student_id
-from grader.content.variants import canonical
 from grader.intake import worksheet
 
 ROSTER_COLUMNS = ("name", "lms_id", "sis_user_id", "sis_login_id", "section", "email",
@@ -240,9 +239,9 @@ def read_people(path: Path, course_id: str | None = None,
             ids.append((f"moodle:{lesson}", row["participant"]))
         person = Person(value, inert(row.get("name", ""), 200), row.get("email", ""),
                         tuple(ids), where)
-        # one person however the id is typed: as the draw reads it (an e-mail in any case is
-        # one address), and an e-mail in any Unicode form (NFC, NFD, NFKC)
-        same = same_email(value) if "@" in value else canonical(value)
+        # one person however the id is typed: an e-mail in any case (as the draw reads it) and
+        # any Unicode form (NFC, NFD, NFKC); another id as it is
+        same = same_email(value) if "@" in value else value
         if same in seen and (seen[same].ids != person.ids or seen[same].course_id != value):
             earlier = seen[same]
             raise CourseError(f"{path} names the course id {inert(value, 60)!r} twice, in two "

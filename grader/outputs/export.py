@@ -52,7 +52,8 @@ def email_of(row: dict) -> str:
     """A row's e-mail: the hand-in's (Gradescope's, Canvas's roster), else its course id where
     that is one (Moodle's download gives none; its worksheet maps the student to it)."""
     found = str(row.get("email") or "")
-    return found or (course_id(row) if "@" in course_id(row) else "")
+    person = course_id(row)
+    return found or (person if "@" in person else "")
 
 
 def late_cells(row: dict) -> list:
