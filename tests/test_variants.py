@@ -221,6 +221,54 @@ def test_each_student_is_graded_on_their_own_numbers_and_a_copy_earns_nothing(
     shown = grader("review", LESSON, copier, "--course-dir", course).stdout
     assert f"the answer for your numbers ({variants_of_lesson(lesson).said(3)})" in shown
 
+    # A new key for the numbers from now on: every key stays beside the course, and each
+    # hand-in stays on the key its notebook records. --resume grades no one again, a regrade
+    # of a notebook worked on the old key's numbers keeps its right prediction, and the pass
+    # rates by variant are the same.
+    old = key
+    grader("release", LESSON, "--new-key", "--course-dir", course)
+    new = course_key(course)
+    assert new not in (None, old)
+    assert (course / f"{KEY_FILE}.{fingerprint(old)}").read_bytes() == old
+    assert (course / f"{KEY_FILE}.{fingerprint(new)}").read_bytes() == new
+    done = grader("autograde", LESSON, folder, "--resume", "--course-dir", course)
+    assert "4 skipped, graded already (--resume)" in done.stdout + done.stderr
+    alone = tmp_path / "alone"
+    (alone / first).mkdir(parents=True)
+    (alone / first / lesson.notebook.name).write_bytes(
+        (folder / first / lesson.notebook.name).read_bytes())
+    grader("autograde", LESSON, alone, "--course-dir", course)  # graded again, not skipped
+    grader("export", "--course-dir", course, "--csv", tmp_path / "again.csv")
+    assert float(read_export(tmp_path / "again.csv")[(first, LESSON)][
+        f"{LESSON}/{PREDICTION}"]) == 1.0
+    grader("report", LESSON, "--course-dir", course)
+    with (course / "reports" / LESSON / "variants.csv").open() as handle:
+        assert {int(r["variant"]): (int(r["passed"]), int(r["graded"]))
+                for r in csv.DictReader(handle)} == by_variant
+    # A second --new-key in a row makes no third key unless given twice: students may hold
+    # the new key's codes already. It says how to go back instead.
+    done = grader("release", LESSON, "--new-key", "--course-dir", course, check=False)
+    assert done.returncode == 2 and "give --new-key twice" in done.stderr, done.stderr
+    assert f"--restore-key {course / KEY_FILE}.{fingerprint(old)}" in done.stderr
+    assert course_key(course) == new
+    # The old key restored from a backup over variants.key: taken back (not refused for
+    # good), the new one kept; and back again with --restore-key. A key the course never had
+    # is refused, and changes nothing.
+    (course / KEY_FILE).write_bytes(old)
+    said = grader("variants", first, "--course-dir", course).stdout
+    assert "is the key this course had before" in said
+    assert said.splitlines()[-1].startswith(f"{first}\t{fingerprint(old)}-")
+    grader("release", "--restore-key", course / f"{KEY_FILE}.{fingerprint(new)}",
+           "--course-dir", course)
+    assert course_key(course) == new
+    stranger = tmp_path / "stranger.key"
+    stranger.write_bytes(bytes(KEY_BYTES))
+    done = grader("release", "--restore-key", stranger, "--course-dir", course, check=False)
+    assert done.returncode == 2 and "was never this course's key" in done.stderr
+    assert course_key(course) == new
+    done = grader("autograde", LESSON, folder, "--resume", "--course-dir", course)
+    assert "4 skipped, graded already (--resume)" in done.stdout + done.stderr
+
 
 def variants_of_lesson(lesson):
     from grader.content.variants import variants_of

@@ -131,9 +131,17 @@ def run(args: argparse.Namespace) -> int:
             from grader.outputs import publish
 
             where = exchange.settings(course, args.exchange, args.course_id, remember=True)
+        if args.restore_key:
+            from grader.content.variants import fingerprint
+            from grader.gradebook.coursestate import restore_key
+
+            key = restore_key(course, Path(args.restore_key))
+            course.log(f"the course's key is {fingerprint(key)}, from {args.restore_key}")
+            if not args.lessons:
+                return 0
         for lesson in lesson_names(args.lessons):
             course.release(lesson, new_key=args.new_key)
-            args.new_key = False  # one new key, then the lessons after it use it
+            args.new_key = 0  # one new key, then the lessons after it use it
             if to_exchange:
                 publish.publish(course, lesson, where)
         return 0

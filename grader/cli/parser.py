@@ -90,11 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
                                   help="write student versions (and publish them to nbgrader's "
                                        "exchange with --exchange)")
     release.add_argument("lessons", nargs="*", metavar="LESSON")
-    release.add_argument("--new-key", action="store_true",
-                         help="give the course a new key (variants.key; one there is kept "
-                              "aside as variants.key.FINGERPRINT.old): every student's numbers "
-                              "change from then on (for a course released before keys existed, "
-                              "or one whose key is lost for good)")
+    keys = release.add_mutually_exclusive_group()
+    keys.add_argument("--new-key", action="count", default=0,
+                      help="give the course a new key (variants.key; every key it had stays "
+                           "as variants.key.FINGERPRINT): students' numbers change from then "
+                           "on, and each hand-in is graded on the key its notebook records "
+                           "(for a key given out or lost for good, or a course released before "
+                           "keys existed)")
+    keys.add_argument("--restore-key", metavar="FILE",
+                      help="take back a key the course had before (a backup's variants.key, "
+                           "or variants.key.FINGERPRINT), the current one kept; with no "
+                           "LESSON, releases nothing")
 
     collect = commands.add_parser(
         "collect", parents=[common, exchange], help="collect submissions from the exchange",

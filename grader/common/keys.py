@@ -27,16 +27,7 @@ def key_file(path: Path, create: bool = False, what: str = "key",
     """The key in ``path``; made there first with ``create`` (None without it when there is
     none). ``what`` and ``damaged`` name it and say what to do, in the refusals."""
     if create and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, written = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)  # mode 0600
-        try:
-            os.write(fd, secrets.token_bytes(KEY_BYTES))
-            os.fsync(fd)
-            os.close(fd)
-            with contextlib.suppress(FileExistsError):  # another command made it a moment ago
-                os.link(written, path)
-        finally:
-            os.unlink(written)
+        write_key(path, secrets.token_bytes(KEY_BYTES))
     try:
         info = path.lstat()
     except FileNotFoundError:
@@ -48,3 +39,22 @@ def key_file(path: Path, create: bool = False, what: str = "key",
         raise CourseError(f"{path} may be read by others than its owner, and with it anyone "
                           f"can use {what}: run  chmod 600 {path}")
     return path.read_bytes()
+
+
+def write_key(path: Path, data: bytes, replace: bool = False) -> None:
+    """Write ``data`` as the key file ``path``, whole (mode 0600): where one is there already it
+    stands (another command made it a moment ago), unless ``replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, written = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)  # mode 0600
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        if replace:
+            os.replace(written, path)
+            return
+        with contextlib.suppress(FileExistsError):
+            os.link(written, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(written)

@@ -29,7 +29,7 @@ from grader.gradebook import ledger
 from grader.gradebook import store as storage
 from grader.gradebook import times as stored_times
 from grader.gradebook.checks import version_of
-from grader.gradebook.coursestate import refuse_keyless_grading
+from grader.gradebook.coursestate import key_ring, refuse_keyless_grading
 from grader.gradebook.grades import _iso
 from grader.gradebook.identity import identify_handins
 from grader.gradebook.lock import lesson_lock
@@ -53,6 +53,7 @@ class How(NamedTuple):
     broker: str | None
     jobs: int
     key: bytes | None = None  # the course's key (each student's own numbers); None: defaults
+    ring: dict[str, bytes] | None = None  # every key the course keeps, by fingerprint
 
 
 def command(course, lesson: Lesson, args) -> int:
@@ -137,7 +138,7 @@ def _autograde(course, lesson: Lesson, submissions: Path, received, layout: str 
     if not course.is_released(lesson):
         course.release(lesson)
     key = course.key()  # checked against the gradebook's; None: everyone's numbers the defaults
-    how = how._replace(key=key)
+    how = how._replace(key=key, ring=key_ring(course.root) if key is not None else {})
     varies = key is not None and bool(variants_of(lesson))
     trial = Cgroup.create(Limits()) if how.use_sandbox else None
     if trial is not None:
@@ -219,28 +220,32 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin],
                 stored: tuple[dict[str, dict], bool], review: tuple[bool, str | None],
                 progress: Progress, statuses: dict[str, dict[str, str]], private: Path,
                 limits: Limits, partial: bool, use_sandbox: bool, broker: str | None,
-                jobs: int, key: bytes | None = None) -> None:
+                jobs: int, key: bytes | None = None,
+                ring: dict[str, bytes] | None = None) -> None:
     """Receive, grade and store each hand-in, ``jobs`` at once. Each submission is stored
     as one unit as soon as it is graded. A fault of the grader's own infrastructure (the
     database, the broker, the disk: grader/common/faults.py) stops the batch early: what is
     stored stays, nothing is charged to a student, and --resume finishes the rest.
     ``stored``: the ledger's rows of the lesson, and whether to skip a student whose row is
     of the very notebook handed in, graded with the lesson's checks as they are now, on the
-    same student's numbers (a roster or key given since changes whose they are)."""
+    same student's numbers (a roster given since changes whose they are; a key kept, the key
+    the notebook records, which they are)."""
     pending = []
     records, resume = stored
     version = course.checks_version(lesson)
     same, other_checks = [], Counter()
     for handin in handins:
         check_space([course.root, Path(tempfile.gettempdir())])
-        early = receive(course, lesson, handin, private, key)
+        early = receive(course, lesson, handin, private, key, ring or {},
+                        records.get(handin.student_id))
         if isinstance(early, Graded):
             statuses[early.student_id] = progress.done(
                 storage.store_submission(course, lesson, early, review)).outcome()
             continue
         record = records.get(handin.student_id, {})
         if record.get("notebook_sha256") != early[3] \
-                or record.get("drawn_for", early[4].student) != early[4].student:
+                or record.get("drawn_for", early[4].student) != early[4].student \
+                or record.get("drawn_with", early[4].course) != early[4].course:
             pending.append(early)
         elif version_of(record) == version:
             same.append(handin.student_id)
@@ -263,11 +268,13 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin],
                    "with these checks already: --resume skips them (grading everyone again "
                    "now)")
 
-    drawn_for = {item[0]: item[4].student for item in pending}
+    drawn = {item[0]: item[4] for item in pending}
 
     def store(graded: Graded, digest: str) -> None:
         graded.notebook_sha256 = digest
-        graded.drawn_for = drawn_for.get(graded.student_id)
+        if graded.student_id in drawn:
+            graded.drawn_for = drawn[graded.student_id].student
+            graded.drawn_with = drawn[graded.student_id].course or None
         with course.gradebook_lock:
             storage.store_submission(course, lesson, graded, review)
         statuses[graded.student_id] = progress.done(graded).outcome()

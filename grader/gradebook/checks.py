@@ -4,12 +4,14 @@ A grade depends on more than the notebook handed in: on the expected values (the
 code in ``solutions/``, the hidden cases and each lesson's variants in
 ``grader/content/cases/``, the data files the lesson reads), on how they are compared
 (``grader/content/notebook_checks.py``, and the grader's judging: ``JUDGING``), on how each
-student's numbers are drawn (``grader/content/variants.py`` and the course's key) and on the
-released lesson that nbgrader restores the locked cells from (``<course-dir>/source/LESSON/``).
-The version is a hash of all of these, stored with every grade (the ledger's ``details``, key
+student's numbers are drawn (``grader/content/variants.py``) and on the released lesson that
+nbgrader restores the locked cells from (``<course-dir>/source/LESSON/``). The version is a
+hash of all of these, stored with every grade (the ledger's ``details``, key
 ``checks``), so that ``autograde --resume`` grades again what other checks graded (a check
 fixed mid-term, a ``git pull``), and ``report`` and ``review`` say which checks made each
-grade."""
+grade. The key a grade's numbers were drawn with is stored beside it (``drawn_with``): a new
+key changes no grade, since each hand-in is graded on the key its notebook records
+(grader/gradebook/coursestate.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ import importlib.util
 from pathlib import Path
 
 from grader.content.lessons import CHECKS_SOURCE, Lesson
-from grader.content.variants import course_key
 
 VERSION_CHARS = 12  # shown and stored: enough to tell versions apart, short enough to read
 # The grader's own code that turns a run into a verdict: the expected values of each student's
@@ -38,7 +39,7 @@ def _module_file(name: str) -> Path | None:
 def checks_version(course, lesson: Lesson) -> str:
     """The version of ``lesson``'s checks in ``course``: the first hex digits of a SHA-256
     over every file that decides an expected value or its comparison (see the module's
-    docstring), each named, and the course key's own hash."""
+    docstring), each named."""
     import grader.content.variants as variants
 
     digest = hashlib.sha256()
@@ -55,8 +56,6 @@ def checks_version(course, lesson: Lesson) -> str:
             data = b""
         digest.update(f"{label}\0{len(data)}\0".encode())
         digest.update(data)
-    key = course_key(course.root)
-    digest.update(b"key\0" + (hashlib.sha256(key).digest() if key else b""))
     return digest.hexdigest()[:VERSION_CHARS]
 
 

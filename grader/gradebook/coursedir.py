@@ -170,13 +170,13 @@ class CourseDir:
                 return False
         return True
 
-    def key(self, create: bool = False, new: bool = False) -> bytes | None:
+    def key(self, create: bool = False, new: int = 0) -> bytes | None:
         """The course's key, checked against the gradebook (grader/gradebook/coursestate.py)."""
         from grader.gradebook.coursestate import checked_key
 
         return checked_key(self, create=create, new=new)
 
-    def release(self, lesson: Lesson, new_key: bool = False) -> Path:
+    def release(self, lesson: Lesson, new_key: int = 0) -> Path:
         """Write the student version of ``lesson`` to ``release/LESSON`` and register it."""
         from grader.content.sync import sync_lesson  # loads torch: only the commands that release
 

@@ -25,6 +25,7 @@ from grader.common.files import remove_tree
 from grader.common.text import display_name, valid_student_id
 from grader.content.lessons import Lesson, all_lessons
 from grader.content.variants import Draw, lesson_draw
+from grader.gradebook.coursestate import handin_key
 from grader.gradebook.identity import draw_student
 from grader.grading.autograde import Graded
 from grader.intake.handins import Handin
@@ -99,11 +100,14 @@ def remove_leftovers(course_root: Path) -> list[str]:
 
 
 def receive(course, lesson: Lesson, handin: Handin, private: Path, key: bytes | None = None,
+            ring: dict[str, bytes] | None = None, stored: dict | None = None,
             ) -> Graded | tuple[str, Path, list[str], str, Draw]:
     """Copy a student's notebook (and nothing else) into submitted/STUDENT/LESSON/, hash it,
     and keep the very bytes hashed in ``private``, the batch's own folder: the notebook to
     grade, its path returned with the hash and the draw it is graded on (its course id's, or
-    a group member's: grader/gradebook/identity.py). What cannot be graded, say why."""
+    a group member's: grader/gradebook/identity.py; with the course's key, or the key of
+    ``ring`` that the notebook records, or that ``stored``, the ledger's grade of this very
+    notebook, was graded on). What cannot be graded, say why."""
     name, reasons = handin.student_id, [*handin.reasons, *handin.identity]
     if not valid_student_id(name):
         what = "the folder's name" if course.handins.get(lesson.name, {}).get(
@@ -129,6 +133,9 @@ def receive(course, lesson: Lesson, handin: Handin, private: Path, key: bytes | 
         own.parent.mkdir(parents=True, exist_ok=True)
         own.write_bytes(data)
         record = course.handins.get(lesson.name, {}).get(name, {})
+        same = (stored or {}).get("notebook_sha256") == hashlib.sha256(data).hexdigest()
+        key = handin_key(own, key, ring or {},
+                         (stored or {}).get("drawn_with") if same else None)
         whose, why = draw_student(record, name, own, key, lesson)
         drawn = lesson_draw(key, lesson, whose)
         if len(record.get("group") or []) > 1:

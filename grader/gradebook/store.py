@@ -148,6 +148,8 @@ def ledger_row(course, lesson: Lesson, graded: Graded) -> dict:
         details["handin"] = handin
     if graded.drawn_for is not None:
         details["drawn_for"] = graded.drawn_for
+    if graded.drawn_with is not None:
+        details["drawn_with"] = graded.drawn_with
     return {"student_id": graded.student_id, "status": graded.status,
             "reason": graded.reason, "notebook_sha256": graded.notebook_sha256,
             "details": details}

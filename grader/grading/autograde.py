@@ -72,6 +72,7 @@ class Graded:
     flags: list[str] = field(default_factory=list)
     notebook_sha256: str = ""  # of the notebook as handed in: a regrade of the same one is skipped
     drawn_for: str | None = None  # whose numbers it was graded on (a course id), where they vary
+    drawn_with: str | None = None  # and the fingerprint of the key they were drawn with
 
     @property
     def reason(self) -> str:

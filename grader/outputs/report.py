@@ -14,6 +14,7 @@ from grader.content.lessons import Lesson
 from grader.content.variants import draw, variants_of
 from grader.gradebook.checks import version_of
 from grader.gradebook.coursedir import CourseDir
+from grader.gradebook.coursestate import key_ring
 
 
 def report(course: CourseDir, lesson: Lesson, out: Path | None = None) -> Path:
@@ -172,6 +173,7 @@ def _per_variant(course: CourseDir, lesson: Lesson, rows: list[dict], graded: di
         return ["", f"no pass rates by variant: {error}"]
     if key is None or not variants:
         return []
+    ring = key_ring(course.root)
     lines = ["", f"{'graded prediction, by variant':<44} {'passed':>8} {'of':>4} {'rate':>7}"]
     left_out = Counter()
     with written(path, newline="") as handle:
@@ -190,7 +192,9 @@ def _per_variant(course: CourseDir, lesson: Lesson, rows: list[dict], graded: di
                     left_out[why] += 1
                     continue
                 drawn_for = str(record.get("drawn_for") or student)  # a course id
-                tally[draw(key, lesson.name, name, drawn_for, len(spec.choices))].append(
+                drawn_with = ring.get(str(record.get("drawn_with")), key)  # the key it records
+                tally[draw(drawn_with, lesson.name, name, drawn_for,
+                           len(spec.choices))].append(
                     float(result["score"]) >= float(result["max_score"]))
             for index, passes in tally.items():
                 # a variant nobody drew has no rate: blank, as the terminal's "-" (not 0.000,
