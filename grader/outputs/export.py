@@ -77,21 +77,14 @@ def exercise_columns(rows: list[dict]) -> list[tuple[str, str]]:
 
 def _remove_withdrawn(course: CourseDir, path: Path, kind: str, lessons: set[str],
                       dry_run: bool) -> None:
-    """An LMS import file of a lesson whose grades are all gone (withdrawn) holds grades that
-    no longer stand: removed, so that it is not imported again, saying so."""
+    """The LMS import file of each lesson whose grades are all gone (withdrawn): removed."""
     if kind == "csv":
         return
-    from grader.outputs.lms_export import lesson_file
+    from grader.outputs.lms_export import lesson_file, remove_stale
 
     for lesson in sorted(lessons):
-        target = lesson_file(path, lesson)
-        if target.is_file() and not target.is_symlink():
-            if not dry_run:
-                target.unlink()
-            course.log(f"no grades left for {lesson}: "
-                       + ("would remove" if dry_run else "removed")
-                       + f" {target}, written from grades since withdrawn (clear them in the "
-                       "LMS too: python -m grader withdraw listed whose)")
+        if lesson_file(path, lesson).is_file():
+            remove_stale(course, path, lesson, dry_run, f"no grades left for {lesson}")
 
 
 def export_per_person(course: CourseDir, path: Path) -> int:

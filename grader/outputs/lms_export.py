@@ -123,6 +123,20 @@ def points_out_of(lessons: list[str], rows: list[dict], roster: dict[str, dict[s
     return found
 
 
+def remove_stale(course, path: Path, lesson: str, dry_run: bool, why: str) -> None:
+    """Say ``why`` there is no import file of ``lesson``, and remove the one written last time:
+    its grades no longer stand (withdrawn, or none left to write), and an LMS must not import
+    it again."""
+    target = lesson_file(path, lesson)
+    if target.is_file() and not target.is_symlink():
+        if not dry_run:
+            target.unlink()
+        why += (f": {'would remove' if dry_run else 'removed'} {target}, written from grades "
+                "that no longer stand (clear them in the LMS too: python -m grader withdraw "
+                "listed whose)")
+    course.log(why)
+
+
 def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[str],
               lessons: list[str], maxima: dict[str, float], roster: dict[str, dict[str, str]],
               assignments: dict[str, Assignment], include_flagged: bool,
@@ -225,12 +239,8 @@ def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[st
             written.add(given)
         target = lesson_file(path, lesson)
         if len(lines) == first:
-            if target.exists() and not tables.dry_run:  # made from grades that are gone
-                target.unlink()
-                course.log(f"{lesson}: no student has a score to write, so no file (removed "
-                           f"{target}, written from grades that no longer hold)")
-            else:
-                course.log(f"{lesson}: no student has a score to write, so no file")
+            remove_stale(course, path, lesson, tables.dry_run,
+                         f"{lesson}: no student has a score to write, so no file")
             continue
         if kind == "canvas":
             tables.write(target, lines, ("ID", "SIS User ID", "SIS Login ID"),
