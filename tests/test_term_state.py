@@ -113,8 +113,17 @@ def test_every_grade_says_which_checks_made_it_and_resume_grades_again_the_other
     assert "2 graded with other checks (0ld0ld0ld0ld: 2)" in said and "--resume" in said
     shown = grader("review", LESSON.name, "s1", "--course-dir", course).stdout
     assert f"graded with checks 0ld0ld0ld0ld, not the lesson's now ({current})" in shown
+    # a roster given since: the students --resume skips take its names too, ungraded
+    (tmp_path / "roster.csv").write_text("student_id,name,email\n" + "".join(
+        f"s{n},Student {n},s{n}@uni.edu\n" for n in range(1, 5)))
+    grader("roster", tmp_path / "roster.csv", "--course-dir", course)
+    before = ledger(course)["s2"]
     done = grader("autograde", LESSON.name, graded["class"], "--course-dir", course,
                   "--resume")
+    after = ledger(course)["s2"]
+    assert (after["handin"]["name"], after["handin"]["email"]) == ("Student 2", "s2@uni.edu")
+    assert {k: v for k, v in after.items() if k != "handin"} == {
+        k: v for k, v in before.items() if k != "handin"}
     assert ("2 of these very notebooks were graded with other checks than the lesson's now "
             f"({current}; theirs: 0ld0ld0ld0ld: 2): graded again") in done.stdout
     assert "skipped s2" in done.stdout and "skipped s4" in done.stdout

@@ -187,6 +187,22 @@ def _autograde(course, lesson: Lesson, submissions: Path, received, layout: str 
     return statuses
 
 
+NAMES = ("name", "email", "download_name")  # what a skipped hand-in's row takes from this batch
+
+
+def _refresh_names(course, lesson: Lesson, student_id: str, record: dict) -> None:
+    """A student --resume skips keeps their grade, and takes the names this batch read (a
+    roster given since, a download's names read better), as a regrade would."""
+    kept = record.get("handin")
+    now = course.handins.get(lesson.name, {}).get(student_id)
+    if not isinstance(kept, dict) or not now or all(kept.get(f) == now.get(f) for f in NAMES):
+        return
+    retrying(lambda: ledger.refresh_handin(course.db_url, lesson.name, student_id,
+                                           {**kept, **{f: now.get(f) for f in NAMES}}),
+             what=f"the gradebook's database ({database_name(course.db_url)})",
+             is_transient=is_database_error, log=course.log)
+
+
 def read_stored(course, lesson: Lesson) -> dict[str, dict]:
     """What the ledger holds for ``lesson``, read once for --resume (waiting a while for a
     database that does not answer)."""
@@ -252,6 +268,7 @@ def grade_batch(course, lesson: Lesson, handins: list[Handin],
             if resume:
                 progress.skip(handin.student_id)  # the same notebook, the same checks
                 course.skipped.append(handin.student_id)
+                _refresh_names(course, lesson, handin.student_id, record)
             else:
                 pending.append(early)
         else:

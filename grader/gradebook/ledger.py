@@ -129,6 +129,20 @@ def write(db_url: str, lesson: str, rows: Iterable[dict]) -> None:
             time.sleep(0.2 * (attempt + 1))
 
 
+def refresh_handin(db_url: str, lesson: str, student_id: str, handin: dict) -> None:
+    """Replace what ``student_id``'s row of ``lesson`` keeps of the hand-in (its names), the
+    grade and when it was made untouched: ``autograde --resume`` skipping a student."""
+    with engine(db_url).begin() as connection:
+        row = connection.execute(select(STATUS.c.details).where(
+            (STATUS.c.lesson == lesson) & (STATUS.c.student_id == student_id))).first()
+        if row is None:
+            return
+        details = {**json.loads(row.details), "handin": handin}
+        connection.execute(STATUS.update().where(
+            (STATUS.c.lesson == lesson) & (STATUS.c.student_id == student_id)).values(
+            details=json.dumps(details, sort_keys=True)))
+
+
 def read(db_url: str, lesson: str | None = None) -> dict[str, dict[str, dict]]:
     """lesson -> student -> {status, reason, notebook_sha256, and the details}."""
     query = select(STATUS)
