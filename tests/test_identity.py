@@ -180,6 +180,30 @@ def test_the_codes_go_out_as_a_mail_merge_with_the_rosters_names_and_e_mails(ter
         assert (mine["name"], mine["email"], mine["code"]) == (
             f"Student {number}", email, student_code(term["key"], email))
         assert f"{email}\t{mine['code']}" in done.stdout
+    # Moodle delivers them: the assignment's worksheet, downloaded in German, written back with
+    # each participant's code in its feedback comment (its grades left blank: the upload
+    # changes none), read as Moodle's upload reads it (by its headings)
+    from grader.intake.worksheet import HEADINGS
+
+    german = [HEADINGS[name][1] for name in WORKSHEET_HEADER.strip().split(",")]
+    sheet = tmp_path / "bewertungstabelle.csv"
+    sheet.write_text(",".join([*german, "Feedback als Kommentar"]) + "\n" + "".join(
+        f"Teilnehmer/in{number},Student {number},{email},Abgegeben,,10,Ja,-,-,\n"
+        for number, email in enumerate(term["emails"], start=7001)))
+    done = grader("variants", "--worksheet", sheet, "--lesson", LESSON.name, "--course-dir",
+                  term["course"], check=False)
+    assert done.returncode == 2 and "--comment-column" in done.stderr
+    assert "'Feedback als Kommentar'" in done.stderr  # the worksheet's feedback columns, named
+    grader("variants", "--worksheet", sheet, "--lesson", LESSON.name, "--comment-column",
+           "Feedback als Kommentar", "--out", tmp_path / "upload.csv", "--course-dir",
+           term["course"])
+    with (tmp_path / "upload.csv").open(encoding="utf-8-sig") as handle:
+        upload = list(csv.DictReader(handle))
+    assert len(upload) == 3 and all(r[HEADINGS["Grade"][1]] == "" for r in upload)
+    for number, email in enumerate(term["emails"], start=7001):
+        [mine] = [r for r in upload if r["ID"] == f"Teilnehmer/in{number}"]
+        code = student_code(term["key"], email)
+        assert f"make lab STUDENT={email} CODE={code}" in mine["Feedback als Kommentar"]
 
 
 @pytest.mark.slow

@@ -239,6 +239,16 @@ def run(args: argparse.Namespace) -> int:
             from grader.gradebook.coursedir import write_codes
 
             write_codes(course, codes, args.csv)
+        if args.worksheet is not None:
+            from grader.outputs.lms_export import write_worksheet_codes
+
+            if not args.lesson:
+                raise CourseError("--worksheet needs the lesson whose Moodle assignment it is: "
+                                  "--lesson LESSON")
+            lesson = load_lesson(args.lesson).name
+            write_worksheet_codes(course, args.worksheet,
+                                  args.out or course.root / f"codes-worksheet-{lesson}.csv",
+                                  lesson, dict(codes), args.comment_column)
         return 0
     if args.command == "progress":
         from grader.lab.progress import progress

@@ -340,6 +340,18 @@ def build_parser() -> argparse.ArgumentParser:
     variants.add_argument("--csv", type=Path, metavar="FILE",
                           help="also write course_id, name, email, code (the roster's names "
                                "and e-mails) to FILE, for a mail merge")
+    variants.add_argument("--worksheet", type=Path, metavar="FILE",
+                          help="a Moodle assignment's grading worksheet, as downloaded: write "
+                               "it back with each participant's code in the feedback comment, "
+                               "for its Upload grading worksheet (with --lesson)")
+    variants.add_argument("--lesson", metavar="LESSON",
+                          help="the lesson whose Moodle assignment the worksheet is")
+    variants.add_argument("--comment-column", metavar="HEADING",
+                          help="the worksheet's feedback comment column, where it is not "
+                               "'Feedback comments' (a worksheet in another language)")
+    variants.add_argument("--out", type=Path, metavar="FILE",
+                          help="where --worksheet writes (default: <course-dir>/"
+                               "codes-worksheet-LESSON.csv)")
 
     progress = commands.add_parser("progress", parents=[common],
                                    help="which exercises of your workspace pass their checks")

@@ -272,6 +272,93 @@ def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[st
     return len(written)
 
 
+def _read_worksheet(source: Path) -> tuple[list[str], list[list[str]], dict[str, str]]:
+    """Moodle's grading worksheet: its headings, its rows, and each heading by its English
+    name."""
+    try:
+        with source.open(newline="", encoding="utf-8-sig") as handle:
+            table = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise CourseError(f"cannot read the grading worksheet {source}: {error}") from None
+    header = [c.strip() for c in table[0]] if table else []
+    named = worksheet.columns(header)  # English name -> its heading in the worksheet
+    missing = [c for c in WORKSHEET_NEEDS if c not in named]
+    if missing:
+        raise CourseError(f"{source} is not Moodle's grading worksheet as it comes: it lacks "
+                          f"{', '.join(missing)} (or their headings in German, French or "
+                          "Spanish: download the worksheet again, and give it as it came)")
+    return header, table, named
+
+
+# The comments feedback plugin's column (assignfeedback_comments's pluginname, the heading the
+# worksheet gives it and the upload matches, mod/assign/feedback/offline/importgradeslib.php).
+# In English; another language's heading is named with --comment-column.
+COMMENTS = "Feedback comments"
+
+
+def write_worksheet_codes(course, source: Path, path: Path, lesson: str,
+                          codes: dict[str, str], comment_column: str | None = None) -> int:
+    """``variants --worksheet``: Moodle's grading worksheet of ``lesson`` with each mapped
+    participant's course id and code in the feedback comment, for the assignment's "Upload
+    grading worksheet" (an empty Grade is skipped by that upload; the comment is taken):
+    Moodle shows it to the student with their feedback. A participant is mapped by the
+    roster (its participant ids for the lesson, else its e-mails), else by an e-mail that is
+    a course id of ``codes``. Returns the participants written."""
+    from grader.gradebook.identity import read_roster
+
+    header, table, named = _read_worksheet(source)
+    column = comment_column or COMMENTS
+    if column not in header:
+        after = header[header.index(named["Last modified (grade)"]) + 1:]
+        raise CourseError(
+            f"{source} has no column {column!r} for the feedback comment: turn on 'Feedback "
+            "comments' in the assignment's settings and download the worksheet again"
+            + (f", or name its heading with --comment-column (the worksheet's feedback columns:"
+               f" {', '.join(map(repr, after))})" if after else ""))
+    roster = read_roster(course.db_url) if course.has_gradebook() else None
+    last = header.index(named.get("Last modified (submission)", named["Maximum Grade"]))
+    kept = [i for i, name in enumerate(header)
+            if i <= last or name in (named["Last modified (grade)"], column)]
+    by_email = {c.casefold(): c for c in codes if "@" in c}
+    lines, missing = [[header[i] for i in kept]], []
+    for line in table[1:]:
+        given = dict(zip(header, line, strict=False))
+        participant = worksheet.participant(given.get(named["Identifier"], ""))
+        email = given.get(named.get("Email address", ""), "").strip()
+        if participant is None:
+            continue
+        owners: set[str] = set()
+        if roster:
+            owners = roster.find("moodle", participant, email, lesson)[0] or (
+                roster.find("folders", email, email, lesson)[0] if email else set())
+        if not owners and email.casefold() in by_email:
+            owners = {by_email[email.casefold()]}
+        owner = next(iter(owners)) if len(owners) == 1 else None
+        if owner not in codes:
+            missing.append(f"Participant {participant}")
+            continue
+        text = (f"Your course id: {owner}. Your code for the course's labs on your own "
+                f"machine: {codes[owner]}. Start the lab with: make lab STUDENT={owner} "
+                f"CODE={codes[owner]}")
+        earlier = given.get(column, "").strip()
+        given[column] = earlier if text in earlier else "\n\n".join(filter(None, (earlier, text)))
+        lines.append([given.get(header[i], "") if header[i] != column
+                      else display(given[column]) for i in kept])
+    if len(lines) == 1:
+        raise CourseError(f"no participant of {source} is a student of the roster: give the "
+                          "roster first (python -m grader roster WORKSHEET --lesson LESSON)")
+    Tables(course.log).write(path, lines, (named["Identifier"],), (column,),
+                             named.get("Full name", ""))
+    course.log(f"wrote the codes of {len(lines) - 1} participant(s) of {lesson} to {path}, "
+               "Moodle's grading worksheet with each code in its feedback comment: in the "
+               "assignment, View all submissions > Grading action > Upload grading worksheet "
+               "(its grades stay blank, so none is changed), then release the feedback")
+    if missing:
+        course.log(f"{len(missing)} participant(s) not on the roster, left out: "
+                   + inert(", ".join(missing), 500))
+    return len(lines) - 1
+
+
 def write_worksheet(course, path: Path, rows: list[dict], rosters: list[Path],
                     include_flagged: bool, tables: Tables | None = None) -> int:
     """The lesson's Moodle grading worksheet, as Moodle gave it, with the grade of each
@@ -287,18 +374,7 @@ def write_worksheet(course, path: Path, rows: list[dict], rosters: list[Path],
                           "and the lesson with --lesson LESSON"
                           + (f" (graded: {', '.join(lessons)})" if len(lessons) > 1 else ""))
     (lesson,), (source,) = lessons, rosters
-    try:
-        with source.open(newline="", encoding="utf-8-sig") as handle:
-            table = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise CourseError(f"cannot read the grading worksheet {source}: {error}") from None
-    header = [c.strip() for c in table[0]] if table else []
-    named = worksheet.columns(header)  # English name -> its heading in the worksheet
-    missing = [c for c in WORKSHEET_NEEDS if c not in named]
-    if missing:
-        raise CourseError(f"{source} is not Moodle's grading worksheet as it comes: it lacks "
-                          f"{', '.join(missing)} (or their headings in German, French or "
-                          "Spanish: download the worksheet again, and give it as it came)")
+    header, table, named = _read_worksheet(source)
     last = header.index(named.get("Last modified (submission)", named["Maximum Grade"]))
     kept = [i for i, name in enumerate(header)
             if i <= last or name == named["Last modified (grade)"]]
