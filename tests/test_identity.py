@@ -472,6 +472,19 @@ def test_the_stored_roster_refuses_an_id_for_two_students_across_files(tmp_path)
     assert roster.find("moodle", "5", "", "02_tensors_and_strides")[0] == set()
     assert roster.find("folders", "rick", "", LESSON.name)[0] == {"rick"}
     assert roster.find("gradescope", "S1", "", LESSON.name)[0] == {"ada"}  # a SID: its SIS id
+    # one e-mail typed two ways in two files (Moodle's worksheet, Canvas's SIS login) is one
+    # student: course ids are stored as the draw reads them
+    other, _ = _course(tmp_path / "other")
+    (tmp_path / "w2.csv").write_text(
+        WORKSHEET_HEADER + "Participant 5,Anna Müller,Anna.M@Uni.de,,,10,Yes,-,-\n")
+    (tmp_path / "g2.csv").write_text("Student,ID,SIS User ID,SIS Login ID,Section\n"
+                                     "\"Müller, Anna\",301,S9,anna.m@uni.de,A\n")
+    store_roster(other.db_url, read_people(tmp_path / "w2.csv", lesson=LESSON.name)[0])
+    store_roster(other.db_url, read_people(tmp_path / "g2.csv")[0])
+    both = read_roster(other.db_url)
+    assert list(both.people) == ["anna.m@uni.de"]
+    assert both.find("canvas", "301", "", LESSON.name)[0] == \
+        both.find("moodle", "5", "", LESSON.name)[0] == {"anna.m@uni.de"}
 
 
 def test_one_sid_given_to_two_students_grades_both_apart_and_flags_both(tmp_path) -> None:

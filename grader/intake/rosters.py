@@ -11,6 +11,7 @@ from pathlib import Path
 
 from grader.common.errors import CourseError
 from grader.common.text import inert, valid_student_id
+from grader.content.variants import canonical
 from grader.intake import worksheet
 
 ROSTER_COLUMNS = ("name", "lms_id", "sis_user_id", "sis_login_id", "section", "email",
@@ -216,6 +217,7 @@ def read_people(path: Path, course_id: str | None = None,
                           + (", student_id" if form == "ours" else "")
                           + f" (what {path} holds for each student)")
     people, seen, left_out = [], {}, []
+    typed: dict[str, str] = {}  # each course id as its first row types it
     for row in rows:
         where = f"{path}, line {row['line']}"
         value = row.get(field, "")
@@ -237,21 +239,25 @@ def read_people(path: Path, course_id: str | None = None,
             ids.append(("canvas", row["lms_id"]))
         if row.get("participant"):
             ids.append((f"moodle:{lesson}", row["participant"]))
-        person = Person(value, inert(row.get("name", ""), 200), row.get("email", ""),
-                        tuple(ids), where)
+        # the course id as the draw reads it (an e-mail in lower case), so that one person
+        # typed two ways in two files (Moodle's "Anna.M@Uni.de", Canvas's "anna.m@uni.de") is
+        # one student of the roster
+        person = Person(canonical(value), inert(row.get("name", ""), 200),
+                        row.get("email", ""), tuple(ids), where)
         # one person however the id is typed: an e-mail in any case (as the draw reads it) and
         # any Unicode form (NFC, NFD, NFKC); another id as it is
         same = same_email(value) if "@" in value else value
-        if same in seen and (seen[same].ids != person.ids or seen[same].course_id != value):
+        if same in seen and (seen[same].ids != person.ids
+                             or seen[same].course_id != person.course_id):
             earlier = seen[same]
             raise CourseError(f"{path} names the course id {inert(value, 60)!r} twice, in two "
                               f"ways (lines {earlier.where.rsplit(' ', 1)[-1]} and "
                               f"{row['line']}"
-                              + (f", there as {inert(earlier.course_id, 60)!r}"
-                                 if earlier.course_id != value else "")
+                              + (f", there as {inert(typed[same], 60)!r}"
+                                 if typed[same] != value else "")
                               + "): keep the right row")
         if same not in seen:
-            seen[same] = person
+            seen[same], typed[same] = person, value
             people.append(person)
     _one_owner({p.course_id: dict(p.ids) for p in people},
                {p.course_id: p.where for p in people}, ("email",))
