@@ -689,3 +689,22 @@ def test_assignments_and_rosters_that_are_wrong_say_what_to_fix(tmp_path) -> Non
     assert read_roster(bad) == {"101": {
         "name": "Lovelace, Ada", "lms_id": "101", "sis_user_id": "S1", "sis_login_id": "ada",
         "section": "A", "email": "", "username": "", "id_number": ""}}
+
+
+def test_a_course_on_two_lmss_holds_back_only_what_had_a_score_to_write(tmp_path) -> None:
+    """Lesson 01 from Moodle (participant 1201), lesson 04 from Canvas (user 101), one person:
+    Canvas's file of lesson 04 holds back nothing of 1201, who has no lesson 04 to write, and
+    Moodle's export does not call Canvas's user a stranger to the worksheet."""
+    from grader.outputs.export import export
+
+    course, said = fake_course(tmp_path, [
+        row("1201", "01_float_formats", 15.0, source="moodle", name="Ada"),
+        row("101", "04_backprop_flops", 9.0, source="canvas", name="Ada")])
+    (tmp_path / "a.csv").write_text("lesson,title,id,points\n04_backprop_flops,Backprop,4250,\n")
+    export(course, tmp_path / "canvas.csv", "canvas", None, tmp_path / "a.csv")
+    held = tmp_path / "canvas-not-exported.csv"
+    assert not held.exists() or len(held.read_text().splitlines()) == 1  # its header alone
+    worksheet = tmp_path / "w.csv"
+    worksheet.write_text("Identifier,Full name,Email address\nParticipant 1201,Ada,ada@x.fr\n")
+    export(course, tmp_path / "moodle.csv", "moodle", worksheet)
+    assert not any("not on the roster" in line for line in said), said

@@ -242,7 +242,11 @@ def export(course: CourseDir, path: Path, kind: str = "csv",
         if missing:
             course.log(f"{len(missing)} student(s) on the roster have no submission (left "
                        "out): " + inert(", ".join(missing), 500))
-        unknown = sorted(set(students) - set(roster))
+        # a student graded from another LMS's download (a course with lessons on Canvas and on
+        # Moodle) is that LMS's, not a stranger to this roster
+        elsewhere = {str(r["student_id"]) for r in rows
+                     if r.get("from") in ("canvas", "moodle") and r.get("from") != kind}
+        unknown = sorted(set(students) - set(roster) - elsewhere)
         if unknown:
             course.log(f"{len(unknown)} graded student(s) are not on the roster: "
                        + inert(", ".join(unknown), 500))

@@ -207,7 +207,10 @@ def write_lms(course, path: Path, kind: str, rows: list[dict], students: list[st
                 "anonymous grading: Canvas's download gives no user id; add it to the roster"
                 if student.startswith("anon_") and kind == "canvas"
                 else f"no identifier from the LMS ({matched}): add it to the roster")
-            held.extend([student, ids.get("name", ""), x, "not written", why] for x in lessons)
+            # held only where there is a score to write (a Moodle participant of lesson 01 has
+            # nothing to write for the Canvas assignment of lesson 02)
+            held.extend([student, ids.get("name", ""), x, "not written", why] for x in lessons
+                        if by_cell.get((student, x), {}).get("status", "missing") != "missing")
             continue
         people.setdefault(given, []).append(student)
     written: set[tuple[str, ...]] = set()
