@@ -233,13 +233,7 @@ def run(args: argparse.Namespace) -> int:
         from grader.gradebook.coursedir import student_codes
 
         codes = student_codes(course, args.students)
-        for student, code in codes:
-            print(f"{student}\t{code}")
-        if args.csv is not None:
-            from grader.gradebook.coursedir import write_codes
-
-            write_codes(course, codes, args.csv)
-        if args.worksheet is not None:
+        if args.worksheet is not None:  # refused before anything is printed or written
             from grader.outputs.lms_export import write_worksheet_codes
 
             if not args.lesson:
@@ -249,6 +243,12 @@ def run(args: argparse.Namespace) -> int:
             write_worksheet_codes(course, args.worksheet,
                                   args.out or course.root / f"codes-worksheet-{lesson}.csv",
                                   lesson, dict(codes), args.comment_column)
+        for student, code in codes:
+            print(f"{student}\t{code}")
+        if args.csv is not None:
+            from grader.gradebook.coursedir import write_codes
+
+            write_codes(course, codes, args.csv)
         return 0
     if args.command == "progress":
         from grader.lab.progress import progress

@@ -41,6 +41,8 @@ python -m grader roster [FILE ...]                the course roster: each studen
                  [--lesson LESSON] [--course-id FIELD] [--replace]  the LMS ids standing for them
 python -m grader variants [STUDENT ...]           each student's code: their own numbers in
                  [--csv FILE]                     a lab on their own machine (--csv: for mail)
+                 [--worksheet FILE --lesson LESSON [--comment-column HEADING] [--out FILE]]
+                                                  (Moodle: the codes in its feedback comments)
 python -m grader lab [--smoke] [--reset LESSON]   the student workspace in JupyterLab
                  [--student ID [--code CODE]]     your own numbers (set once)
 python -m grader progress [LESSON ...]            which of your exercises pass their checks
