@@ -189,23 +189,28 @@ CODE = re.compile(r"([0-9a-f]{12})-([0-9a-z]+)")
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
-def _varying(lessons: list[Lesson] | None = None) -> list[tuple[Lesson, str, Variants]]:
+def varying_predictions(lessons: list[Lesson] | None = None
+                        ) -> list[tuple[Lesson, str, Variants]]:
+    """Every graded prediction that varies, lesson by lesson: one digit of a code each."""
     return [(lesson, name, spec) for lesson in (all_lessons() if lessons is None else lessons)
             for name, spec in sorted(variants_of(lesson).items())]
 
 
-def student_code(key: bytes, student: str) -> str:
+def student_code(key: bytes, student: str,
+                 varying: list[tuple[Lesson, str, Variants]] | None = None) -> str:
     """The code that gives ``student``'s lab their numbers in every lesson: what an instructor
-    hands a student who works on a machine of their own (the key stays with the course)."""
+    hands a student who works on a machine of their own (the key stays with the course).
+    ``varying``: ``varying_predictions()``, read once for a class's codes."""
+    varying = varying_predictions() if varying is None else varying
     digits = "".join(DIGITS[draw(key, lesson.name, name, student, len(spec.choices))]
-                     for lesson, name, spec in _varying())
+                     for lesson, name, spec in varying)
     return f"{fingerprint(key)}-{digits}"
 
 
 def code_variants(code: str, student: str) -> str:
     """``CTC_VARIANTS`` from a student's code (``student_code``); a code that is not one, or is
     one of another version of the course, is refused, saying what to do."""
-    varying = _varying()
+    varying = varying_predictions()
     found = CODE.fullmatch(code.strip().lower())
     if found is None or len(found.group(2)) != len(varying) or any(
             not 1 <= DIGITS.index(d) < len(spec.choices)  # never the default: see draw

@@ -295,7 +295,7 @@ def student_codes(course: CourseDir, students: list[str]) -> list[tuple[str, str
     """Each student's code (grader/content/variants.py): ``students``, or every student the
     gradebook knows."""
     from grader.common.text import valid_student_id
-    from grader.content.variants import student_code
+    from grader.content.variants import student_code, varying_predictions
 
     key = course.key()
     if key is None:
@@ -315,7 +315,8 @@ def student_codes(course: CourseDir, students: list[str]) -> list[tuple[str, str
     bad = [s for s in students if not valid_student_id(s)]
     if bad:
         raise CourseError(f"not student ids: {', '.join(map(repr, bad[:5]))}")
-    return [(student, student_code(key, student)) for student in students]
+    varying = varying_predictions()  # every lesson's graded predictions, read once for the class
+    return [(student, student_code(key, student, varying)) for student in students]
 
 
 def write_codes(course: CourseDir, codes: list[tuple[str, str]], path: Path) -> None:

@@ -27,28 +27,29 @@ def grades(course) -> list[dict[str, object]]:
     decisions = states(course.db_url)
     rows = []
     with course.gradebook() as gb:
-        exercises = _exercise_grades(gb)
-        for assignment in sorted(gb.assignments, key=lambda a: a.name):
-            for submission in sorted(assignment.submissions, key=lambda s: s.student.id):
-                status = statuses.get(assignment.name, {}).get(submission.student.id, {})
-                max_score = float(assignment.max_score)
-                per = exercises.get((assignment.name, submission.student.id), {})
-                score = min(max(float(submission.score), 0.0), max_score)
-                computed = min(max(sum(e["computed"] for e in per.values()), 0.0),
-                               max_score) if per else score
-                rows.append({
-                    "student_id": submission.student.id,
-                    "lesson": assignment.name,
-                    "notebook_sha256": status.get("notebook_sha256", ""),
-                    "score": score,
-                    "max_score": max_score,
-                    "status": status.get("status", "graded"),
-                    "reason": status.get("reason", ""),
-                    **_handin_fields(status),
-                    "computed_score": computed,
-                    "exercises": per,
-                })
+        # a query for the grades and one for the submissions, whatever the class's size (not
+        # nbgrader's per-submission score and student, a query each: minutes at 10,000)
+        exercises, totals = _exercise_grades(gb)
         max_scores = {a.name: float(a.max_score) for a in gb.assignments}
+        for lesson, student in sorted(_submissions(gb)):
+            status = statuses.get(lesson, {}).get(student, {})
+            max_score = max_scores[lesson]
+            per = exercises.get((lesson, student), {})
+            score = min(max(totals.get((lesson, student), 0.0), 0.0), max_score)
+            computed = min(max(sum(e["computed"] for e in per.values()), 0.0),
+                           max_score) if per else score
+            rows.append({
+                "student_id": student,
+                "lesson": lesson,
+                "notebook_sha256": status.get("notebook_sha256", ""),
+                "score": score,
+                "max_score": max_score,
+                "status": status.get("status", "graded"),
+                "reason": status.get("reason", ""),
+                **_handin_fields(status),
+                "computed_score": computed,
+                "exercises": per,
+            })
     known = {(row["student_id"], row["lesson"]) for row in rows}
     for lesson, students in sorted(statuses.items()):
         for student, status in sorted(students.items()):
@@ -105,9 +106,21 @@ def apply_deadlines(course, rows: list[dict]) -> None:
                    late_note=late.note)
 
 
-def _exercise_grades(gb) -> dict[tuple[str, str], dict[str, dict[str, float]]]:
+def _submissions(gb) -> list[tuple[str, str]]:
+    """(lesson, student) of every submission in nbgrader's gradebook, in one query."""
+    from nbgrader.api import Assignment, SubmittedAssignment
+
+    return [(str(lesson), str(student)) for lesson, student in
+            gb.db.query(Assignment.name, SubmittedAssignment.student_id)
+            .join(SubmittedAssignment, SubmittedAssignment.assignment_id == Assignment.id)]
+
+
+def _exercise_grades(gb) -> tuple[dict[tuple[str, str], dict[str, dict[str, float]]],
+                                  dict[tuple[str, str], float]]:
     """(lesson, student) -> exercise -> score (the gradebook's: a score set in review counts),
-    computed (the grader's) and max_score, in the lesson's order; one query for the course."""
+    computed (the grader's) and max_score, in the lesson's order; and (lesson, student) ->
+    the submission's score as nbgrader sums it (``SubmittedAssignment.score``: each grade's
+    manual score, else its auto score, plus its extra credit); one query for the course."""
     from nbgrader.api import (
         Assignment,
         Grade,
@@ -117,6 +130,7 @@ def _exercise_grades(gb) -> dict[tuple[str, str], dict[str, dict[str, float]]]:
     )
 
     found: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+    totals: dict[tuple[str, str], float] = {}
     query = (gb.db.query(Assignment.name, SubmittedAssignment.student_id, GradeCell.name,
                          Grade.auto_score, Grade.manual_score, Grade.extra_credit,
                          GradeCell.max_score)
@@ -128,13 +142,16 @@ def _exercise_grades(gb) -> dict[tuple[str, str], dict[str, dict[str, float]]]:
     for lesson, student, cell, auto, manual, extra, maximum in query:
         computed = float(auto or 0.0)
         score = (float(manual) if manual is not None else computed) + float(extra or 0.0)
+        given = manual if manual is not None else auto
+        totals[(lesson, student)] = totals.get((lesson, student), 0.0) + (
+            0.0 if given is None else float(given) + float(extra or 0.0))
         found.setdefault((lesson, student), {})[cell.removeprefix("test-")] = {
             "score": min(max(score, 0.0), float(maximum)), "computed": computed,
             "max_score": float(maximum)}
     order = _cell_order({lesson for lesson, _ in found})
     return {key: dict(sorted(value.items(), key=lambda item: (order.get((key[0], item[0]), 0),
                                                               item[0])))
-            for key, value in found.items()}
+            for key, value in found.items()}, totals
 
 
 def _cell_order(lessons: set[str]) -> dict[tuple[str, str], int]:
