@@ -153,10 +153,12 @@ class CourseDir:
     def gradebook(self):
         from nbgrader.api import Gradebook
 
-        from grader.gradebook.schema import stamp_in_process
+        from grader.gradebook.schema import add_indexes, stamp_in_process
 
         stamp_in_process()
-        return Gradebook(self.db_url, course_id=COURSE_ID)
+        gb = Gradebook(self.db_url, course_id=COURSE_ID)
+        add_indexes(gb.engine)
+        return gb
 
     def is_released(self, lesson: Lesson) -> bool:
         from nbgrader.api import MissingEntry
