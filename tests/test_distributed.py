@@ -266,11 +266,13 @@ def test_a_batch_with_no_worker_says_so_with_the_command_then_a_worker_grades_it
     exact command that starts one, says it again while none comes, and waits on. A worker
     given another course's queue key listens on that course's queue: it never takes this
     course's tasks (once, it took them and answered "refused", and two of three students
-    ended needs_review as if forged), and the notice counts it. The worker started with the
-    printed command grades the class, and the coordinator says that one answers now."""
+    ended needs_review as if forged), and the notice counts it. The queue is bounded
+    (CTC_QUEUE_WINDOW, 1 here): while none grades, one of the class's two is on it. The
+    worker started with the printed command grades the class (the second sent as the first
+    is done), and the coordinator says that one answers now."""
     import shlex
 
-    from grader.grading.distributed import queue_key
+    from grader.grading.distributed import make_app, queue_key, queue_name
 
     course = course_at(tmp_path, shared_tmp)
     expected = class_of(FLOATS, tmp_path / "class", students=2)
@@ -281,7 +283,8 @@ def test_a_batch_with_no_worker_says_so_with_the_command_then_a_worker_grades_it
     coordinator = subprocess.Popen(
         [sys.executable, "-m", "grader", "autograde", FLOATS.name, str(tmp_path / "class"),
          "--course-dir", str(course), "--broker", broker], cwd=REPO,
-        env={**grader_env(), "CTC_NO_WORKER_SECONDS": "3"}, stdout=log.open("w"),
+        env={**grader_env(), "CTC_NO_WORKER_SECONDS": "3", "CTC_QUEUE_WINDOW": "1"},
+        stdout=log.open("w"),
         stderr=subprocess.STDOUT, text=True)
     worker = None
     try:
@@ -298,6 +301,9 @@ def test_a_batch_with_no_worker_says_so_with_the_command_then_a_worker_grades_it
         assert argv[4:6] == ["--broker", broker] and argv[6] == "--queue-key"
         assert Path(argv[7]) == (course / "queue.key").resolve()
         assert "still waiting (Ctrl-C stops the batch; --resume" in said
+        queued = make_app(broker).backend.client.llen(queue_name(queue_key(course /
+                                                                           "queue.key")))
+        assert queued == 1, queued  # the window's one, not the whole class
         worker = subprocess.Popen([sys.executable, *argv[1:], "--concurrency", "1"], cwd=REPO,
                                   env=grader_env(), stdout=(tmp_path / "worker.log").open("w"),
                                   stderr=subprocess.STDOUT, start_new_session=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 from datetime import UTC
 from pathlib import Path
@@ -346,28 +346,33 @@ def grade_on_workers(course, lesson: Lesson, pending: list, limits: Limits, part
                       store: Callable[[Graded, str], None], jobs: int) -> None:
     """Prepare each submission here, run it on the queue's workers, judge it here (``jobs``
     at once: judging may run kernels here, for exercises judged again)."""
-    from grader.grading.autograde import prepare_submission
+    from grader.grading.autograde import Prepared, prepare_submission
     from grader.grading.distributed import QUEUE_KEY, grade_on_workers, make_app, queue_key
 
     key_path = course.queue_key or course.root / QUEUE_KEY
     signing = queue_key(key_path, create=course.queue_key is None)
     app = make_app(broker, visibility_timeout=limits.notebook_seconds + 600)
-    digests, prepared = {}, []
-    for student_id, notebook, notes, digest, drawn in pending:
-        try:
-            ready = prepare_submission(notebook, "; ".join(notes), lesson, student_id,
-                                       course.db_url, course.gradebook_lock, drawn)
-        except Unavailable:
-            raise
-        except Exception as error:  # one notebook must not stop the class
-            ready = Graded(student_id, "needs_review", [
-                f"grading error: {type(error).__name__}: {error}"[:500]])
-        if isinstance(ready, Graded):
-            store(ready, digest)
-        else:
-            digests[student_id] = digest
-            prepared.append(ready)
-    grade_on_workers(app, lesson, prepared, limits, partial, use_sandbox,
+    digests = {}
+
+    def prepared() -> Iterator[Prepared]:
+        """Each submission prepared as the queue has room for it (a class of thousands is not
+        held in memory at once); what cannot be graded, stored as it is found."""
+        for student_id, notebook, notes, digest, drawn in pending:
+            try:
+                ready = prepare_submission(notebook, "; ".join(notes), lesson, student_id,
+                                           course.db_url, course.gradebook_lock, drawn)
+            except Unavailable:
+                raise
+            except Exception as error:  # one notebook must not stop the class
+                ready = Graded(student_id, "needs_review", [
+                    f"grading error: {type(error).__name__}: {error}"[:500]])
+            if isinstance(ready, Graded):
+                store(ready, digest)
+            else:
+                digests[student_id] = digest
+                yield ready
+
+    grade_on_workers(app, lesson, prepared(), limits, partial, use_sandbox,
                      lambda graded: store(graded, digests.get(graded.student_id, "")),
                      course.log, judges=jobs, key=signing,
                      start_worker=worker_command(broker, Path(key_path).resolve()))

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +56,11 @@ from grader.grading.probe import Check, Exercise, Failure, judge, unattempted
 from grader.grading.watch import NoWorker, Outage, Watch, broker_name
 
 MAX_ATTEMPTS = 3  # workers a submission may stop before it is given up as needs_review
+# The submissions on the queue at once (queued or running): the coordinator sends the next as
+# results come in, so the broker holds a bounded number of notebooks (each up to its size
+# limit) and each turn of the coordinator reads that many results, not the whole class's. Far
+# more than the workers run at once (a worker's --concurrency, one per core), so none waits.
+QUEUE_WINDOW = int(os.environ.get("CTC_QUEUE_WINDOW", "128"))
 MISSED_LOOKS = 3  # a task neither queued nor held by a live worker this often in a row is lost
 TASK = "counting_the_cost.run_submission"
 
@@ -275,11 +280,12 @@ def task_id(lesson: Lesson, sent: Sent) -> str:
     return f"ctc-{lesson.name}-{sent.prepared.student_id}-{uuid.uuid4().hex[:16]}"
 
 
-def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limits: Limits,
+def grade_on_workers(app: Celery, lesson: Lesson, prepared: Iterable[Prepared], limits: Limits,
                      partial: bool, use_sandbox: bool, done: Callable[[Graded], None],
                      log: Callable[[str], None], judges: int = 1, key: bytes = b"",
                      start_worker: str = "") -> None:
-    """Send every prepared submission to the queue and judge each result as it arrives, calling
+    """Send the prepared submissions to the queue (QUEUE_WINDOW on it at once, the next as
+    results come in) and judge each result as it arrives, calling
     ``done`` once per student, from this thread. Up to ``judges`` results are judged at once (a
     judgement may run kernels here, to judge exercises again with the course's code). A thread
     asks the live workers every few seconds what they hold and reads the queue; a submission in
@@ -289,10 +295,22 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
     broker = Outage(app, log)
     app.conf.ctc_queue_key = key
     app.conf.task_default_queue = queue_name(key)
-    for item in prepared:
-        sent = Sent(item, payload_for(item, lesson, limits))
-        broker.patiently(lambda sent=sent: _send(app, lesson, sent, log))
-        waiting[sent.task_id] = sent
+    unsent = iter(prepared)
+    last: list[Prepared | None] = []  # the next to send, once taken from ``unsent``
+
+    def fill() -> None:
+        """Send the next submissions while fewer than QUEUE_WINDOW are on the queue."""
+        while len(waiting) < max(1, QUEUE_WINDOW):
+            if not last:
+                last.append(next(unsent, None))
+            if last[0] is None:
+                return
+            sent = Sent(last[0], payload_for(last[0], lesson, limits))
+            broker.patiently(lambda sent=sent: _send(app, lesson, sent, log))
+            last.clear()
+            waiting[sent.task_id] = sent
+
+    fill()
 
     def again(sent: Sent, why: str, given_up: Callable[[int], str]) -> None:
         """Send a lost submission again, or give it up after MAX_ATTEMPTS tries."""
@@ -320,7 +338,7 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
     lonely = NoWorker(watch, log, broker_name(app), start_worker)
     try:
         with ThreadPoolExecutor(max_workers=max(1, judges)) as pool:
-            while waiting or judging:
+            while waiting or judging or last != [None]:
                 time.sleep(0.3)
                 lonely.look(bool(judging))
                 for future in [f for f in judging if f.done()]:
@@ -368,6 +386,7 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: list[Prepared], limi
                             app.control.revoke(task)
                             again(waiting.pop(task), "the worker running it stopped answering",
                                   lambda n: f"its grading was lost with {n} workers; not graded")
+                    fill()
                 except Exception as error:
                     if not is_broker_error(error):
                         raise
