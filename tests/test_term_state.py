@@ -126,7 +126,7 @@ def test_every_grade_says_which_checks_made_it_and_resume_grades_again_the_other
         k: v for k, v in before.items() if k != "handin"}
     assert ("2 of these very notebooks were graded with other checks than the lesson's now "
             f"({current}; theirs: 0ld0ld0ld0ld: 2): graded again") in done.stdout
-    assert "skipped s2" in done.stdout and "skipped s4" in done.stdout
+    assert "skipped s2 (Student 2)" in done.stdout and "skipped s4" in done.stdout
     assert "skipped s1" not in done.stdout and "skipped s3" not in done.stdout
     # s3's flag is settled by the decision kept: the summary says so rather than "lost"
     assert ("1 graded, 1 needs_review (1 settled by review decisions, kept), 0 invalid of 4; "

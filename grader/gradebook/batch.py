@@ -487,7 +487,9 @@ class Progress:
         return graded
 
     def skip(self, student_id: str) -> None:
-        self.log(f"skipped {inert(student_id, 120)}: this notebook is graded already (--resume)")
+        name = str(self.handins.get(student_id, {}).get("name") or "")
+        self.log(f"skipped {inert(student_id, 120)}" + (f" ({inert(name, 120)})" if name else "")
+                 + ": this notebook is graded already (--resume)")
         self.total -= 1
 
     def finish(self) -> None:
