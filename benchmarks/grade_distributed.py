@@ -30,14 +30,26 @@ from grader.grading.distributed import queue_key  # noqa: E402
 from tests import servers  # noqa: E402
 
 
-def run(command: list[str]) -> float:
+def run(command: list[str], students: int) -> float:
+    """Run ``command`` (an autograde); print its summary line, and the CPU seconds and peak
+    memory of its process and what it waited for (with workers: the coordinator's own work,
+    the kernels of the exercises it judges again included; on the local pool: every
+    kernel's too). Returns its wall time."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                          check=False)
-    seconds = time.perf_counter() - start
-    summary = [line for line in done.stdout.splitlines() if " of " in line and "graded" in line]
-    print(f"  {summary[-1] if summary else done.stderr[-300:]}")
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT, text=True)
+        _, _, usage = os.wait4(process.pid, 0)
+        process.returncode = 0
+        seconds = time.perf_counter() - start
+        out.seek(0)
+        said = out.read()
+    summary = [line for line in said.splitlines() if " of " in line and "graded" in line]
+    print(f"  {summary[-1] if summary else said[-300:]}")
+    cpu = usage.ru_utime + usage.ru_stime
+    print(f"  {cpu:.0f} CPU s in the command and what it waited for "
+          f"({cpu / students:.2f} a submission); peak memory {usage.ru_maxrss / 1024:.0f} MB")
     return seconds
 
 
@@ -59,7 +71,7 @@ def main() -> None:
         print("local pool:")
         local = run([*grader, "autograde", lesson.name, str(tmp / "class"), "--jobs",
                      str(args.workers), "--cell-timeout", "20", "--course-dir",
-                     str(tmp / "c1")])
+                     str(tmp / "c1")], args.students)
         key = tmp / "c2" / "queue.key"  # the coordinator's, made before the workers start
         queue_key(key, create=True)
         workers = [subprocess.Popen([*grader, "worker", "--broker", url, "--concurrency", "1",
@@ -72,7 +84,7 @@ def main() -> None:
             print(f"{args.workers} workers on a Redis queue:")
             queued = run([*grader, "autograde", lesson.name, str(tmp / "class"),
                           "--cell-timeout", "20", "--course-dir", str(tmp / "c2"),
-                          "--broker", url])
+                          "--broker", url], args.students)
         finally:
             for worker in workers:
                 os.killpg(worker.pid, signal.SIGTERM)

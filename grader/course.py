@@ -25,13 +25,15 @@ class Course(CourseDir):
         """Store one graded submission as one unit (grader/gradebook/store.py)."""
         return storage.store_submission(self, lesson, graded, review)
 
-    def feedback(self, lesson: Lesson, zips: bool = False) -> Path:
-        """nbgrader's feedback page for every graded student (grader/outputs/feedback.py), each
-        earlier page withdrawn first: no page outlives the grades it shows. With ``zips``,
-        also the pages as the students' LMS takes them back, in feedback-zips/LESSON/."""
+    def feedback(self, lesson: Lesson, zips: bool = False, remake: bool = False) -> Path:
+        """nbgrader's feedback page for every graded student whose grades changed since their
+        page was made (grader/outputs/feedback.py; every page with ``remake``), each earlier
+        page of changed grades withdrawn first: no page outlives the grades it shows. With
+        ``zips``, also the pages as the students' LMS takes them back, in
+        feedback-zips/LESSON/."""
         from grader.outputs.feedback import write_pages
 
-        return write_pages(self, lesson, zips)
+        return write_pages(self, lesson, zips, remake)
 
     def current_feedback(self, lesson: Lesson) -> list[Path]:
         """The feedback pages of ``lesson`` not older than their student's grades: the only

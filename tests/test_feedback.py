@@ -209,6 +209,16 @@ def test_no_page_outlives_the_grades_it_shows(course) -> None:
     assert not page_path(root, "reviewed").exists()  # withdrawn with the decision
     pages = Course(root, log=lambda _: None).current_feedback(LESSON)
     assert page_path(root, "reviewed") not in pages and page_path(root, "full") in pages
+    # The next feedback makes only the pages of grades that changed (a class of thousands is
+    # not made again for one review); the others are kept as they are, and --all makes all.
+    kept = {s: page_path(root, s).stat().st_mtime_ns for s in ("full", "rostered")}
+    done = grader("feedback", LESSON.name, "--course-dir", root)
+    assert "1 made, 2 kept" in done.stdout, done.stdout
+    assert "see me in office hours" in page_path(root, "reviewed").read_text()
+    assert {s: page_path(root, s).stat().st_mtime_ns for s in kept} == kept
+    done = grader("feedback", LESSON.name, "--all", "--course-dir", root)
+    assert "3 made" in done.stdout and "kept" not in done.stdout, done.stdout
+    assert page_path(root, "full").stat().st_mtime_ns != kept["full"]
     # A file time an hour back (a clock that stepped back) withdraws nothing; a page put back
     # from a backup, with what it was made from (other grades), is withdrawn when the pages
     # are handed out, and said.

@@ -354,11 +354,13 @@ def shows(text: str, answer: float) -> list[str]:
 
 
 def shown_text(nb: nbformat.NotebookNode, skip: set[int]) -> str:
-    """Everything the run shows: each cell's outputs (but the cells of ``skip``) and the state
-    of its widgets (what an explorer displays)."""
+    """Everything the run shows: each cell's outputs (but the cells of ``skip``, and those of
+    the cells that read a clock: a measurement, another on every run) and the state of its
+    widgets (what an explorer displays)."""
     import json
 
     parts = [json.dumps(nb.metadata.get("widgets", {}))]
+    skip = skip | clocked_cells(nb)
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []) if index not in skip else []:
             parts += [output.get("text", ""), output.get("evalue", ""),
@@ -413,19 +415,63 @@ def given_before(text: str, answer: float, band: float, whole: float | None) -> 
 
 
 # A cell that reads a clock: what it prints is a measurement, another on every run and machine
-# (lesson 09's dense layer ran at 89.55 µs a token once, inside one variant's band).
-CLOCKED = re.compile(r"\b(perf_counter|seconds_per_call|run_demo|timeit|monotonic)\(")
+# (lesson 09's dense layer ran at 89.55 µs a token once inside one variant's band, lesson 03's
+# unfused GELU 19.1 ms once, another's answer to the digit shown). The clocks, and the
+# course's helpers that read one; a function a notebook defines in a cell that calls a clock
+# reads one too (lesson 03's ``measure``), and so on.
+CLOCKS = ("perf_counter", "perf_counter_ns", "seconds_per_call", "run_demo", "timeit",
+          "monotonic")
+
+
+def _called(node: ast.AST) -> set[str]:
+    """The names ``node`` calls (``f(...)``, ``time.f(...)``), not counting inside the
+    functions it defines."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        here = stack.pop()
+        if isinstance(here, ast.Call):
+            function = here.func
+            found.add(function.id if isinstance(function, ast.Name) else
+                      function.attr if isinstance(function, ast.Attribute) else "")
+        stack += [child for child in ast.iter_child_nodes(here)
+                  if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)]
+    return found
+
+
+def clocked_cells(nb: nbformat.NotebookNode) -> set[int]:
+    """The indexes of the code cells whose run reads a clock: a cell that calls one, or a
+    function of the notebook's whose body calls one (lesson 03's ``measure``), and so on."""
+    trees = {}
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            try:  # an IPython magic's line is no Python: left out
+                trees[index] = ast.parse("\n".join(
+                    line for line in cell.source.splitlines()
+                    if not line.lstrip().startswith(("%", "!"))))
+            except SyntaxError:
+                continue
+    functions = {node.name: _called(ast.Module(body=node.body, type_ignores=[]))
+                 for tree in trees.values() for node in ast.walk(tree)
+                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    clocks = set(CLOCKS)
+    while True:
+        more = {name for name, calls in functions.items() if calls & clocks} - clocks
+        if not more:
+            return {index for index, tree in trees.items() if _called(tree) & clocks}
+        clocks |= more
 
 
 def read_before(nb: nbformat.NotebookNode, index: int, measured: bool = True) -> str:
     """What a student reads above cell ``index`` of a run notebook: the markdown, and what each
     cell printed (its streams, errors and text results); ``measured=False`` leaves out what the
-    cells that read a clock printed (``CLOCKED``)."""
+    cells that read a clock printed (``clocked_cells``)."""
     parts = []
-    for cell in nb.cells[:index]:
+    clocked = set() if measured else clocked_cells(nb)
+    for number, cell in enumerate(nb.cells[:index]):
         if cell.cell_type == "markdown":
             parts.append(cell.source)
-        if not measured and CLOCKED.search(cell.source):
+        if number in clocked:
             continue
         for output in cell.get("outputs", []):
             parts += [output.get("text", ""), output.get("evalue", ""),

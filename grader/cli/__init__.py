@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         if pending:
             course.log(f"note: --before-due: {lesson.name} is not yet due for "
                        + "; ".join(pending[:20]))
-        course.feedback(lesson, zips=args.zip)
+        course.feedback(lesson, zips=args.zip, remake=args.all)
         if args.exchange is not None:
             from grader.intake import exchange
             from grader.outputs import publish

@@ -22,8 +22,9 @@ python -m grader release [LESSON ...]             student versions -> <course-di
 python -m grader collect LESSON                   submissions from the exchange -> collected/
 python -m grader autograde LESSON SUBMISSIONS     grade <student_id>/<notebook>.ipynb (folder, zip)
                  [--from LAYOUT] | --collected    or an LMS's download as it came (docs/lms.md)
-python -m grader feedback LESSON [--zip]          HTML feedback per student (--zip: for the LMS,
-                 [--exchange [DIR]] [--before-due]  --exchange: the students' Assignment List)
+python -m grader feedback LESSON [--zip] [--all]  HTML feedback per student (--zip: for the LMS,
+                 [--exchange [DIR]] [--before-due]  --exchange: the students' Assignment List;
+                                                  --all: every page, not just changed grades)
 python -m grader export [--format csv|canvas|moodle|moodle-worksheet] [--roster FILE]
                  [--assignments FILE] [--lesson LESSON] [--include-flagged] [--per-exercise]
                  [--per-person] [--csv FILE] [--dry-run]   (--dry-run: what would change in
@@ -165,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     feedback.add_argument("--zip", action="store_true",
                           help="also what the students' LMS takes back: Moodle's feedback zip, "
                                "Canvas's folders, else one zip per student")
+    feedback.add_argument("--all", action="store_true",
+                          help="make every page again (default: only the pages of students "
+                               "whose grades changed since their page was made)")
 
     report = commands.add_parser("report", parents=[common],
                                  help="pass rates, score histogram, flagged submissions")

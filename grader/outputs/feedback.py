@@ -37,18 +37,35 @@ EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exc
                             r"(?::.*)?)$")
 
 
-def write_pages(course, lesson: Lesson, zips: bool = False) -> Path:
-    """nbgrader's feedback page for every graded student of ``lesson``. One page that cannot be
-    made does not stop the others: it is tried again on its own, and named with the reason if
-    it still fails. With ``zips``, also the pages as the students' LMS takes them back, in
-    feedback-zips/LESSON/."""
+# The longest list of students whose pages are current that nbgrader is told to leave out, as
+# one command-line argument (Linux takes 128 KiB): with more, every page is made again.
+EXCLUDE_CHARS = 100_000
+FEW = 4  # pages to make, with others kept, that are made one nbgrader run each
+
+
+def write_pages(course, lesson: Lesson, zips: bool = False, remake: bool = False) -> Path:
+    """nbgrader's feedback page for every graded student of ``lesson`` whose grades changed
+    since their page was made (every page with ``remake``); a page of grades that changed is
+    withdrawn first, one of the grades as they are is kept (a class of thousands is not made
+    again for the few a review changed). One page that cannot be made does not stop the
+    others: it is tried again on its own, and named with the reason if it still fails. With
+    ``zips``, also the pages as the students' LMS takes them back, in feedback-zips/LESSON/."""
     folder = course.root / "feedback"
-    withdrawn = withdraw(course, lesson)
     made_from = grade_digests(course, lesson.name)  # before rendering: a change after shows
-    done = course.nbgrader("generate_feedback", lesson.name, "--force")
     graded = _graded(course, lesson)
-    missing = [s for s in graded if not page_of(course, lesson, s).exists()]
-    nothing_made = bool(graded) and len(missing) == len(graded)
+    kept = set() if remake else {
+        s for s in graded if made_from.get(s) and made_from_page(course, lesson, s) == made_from[s]}
+    if sum(len(s) + 1 for s in kept) > EXCLUDE_CHARS:
+        kept = set()
+    having = {p.parent.parent.name for p in folder.glob(f"*/{lesson.name}/*.html")}
+    withdrawn = withdraw(course, lesson, None if not kept else having - kept)
+    to_make = [s for s in graded if s not in kept]
+    # a few pages: nbgrader once for each (below); more: once, leaving the kept ones out
+    done = course.nbgrader("generate_feedback", lesson.name, "--force",
+                           *([f"--CourseDirectory.student_id_exclude={','.join(sorted(kept))}"]
+                             if kept else [])) if len(to_make) > (FEW if kept else 0) else None
+    missing = [s for s in to_make if not page_of(course, lesson, s).exists()]
+    nothing_made = bool(to_make) and len(missing) == len(to_make)
     failed: dict[str, str] = {}
     for number, student in enumerate(missing, 1):
         again = course.nbgrader("generate_feedback", lesson.name, "--student", student,
@@ -59,8 +76,8 @@ def write_pages(course, lesson: Lesson, zips: bool = False) -> Path:
             # no page at all, and none of the first few alone: the same error for everyone
             raise CourseError(f"nbgrader generate_feedback {lesson.name} made no page; the "
                               f"first error: {failed[missing[0]]}\n"
-                              + inert(tail(done.stderr + done.stdout), 3000))
-    for student in graded:
+                              + inert(tail(done.stderr + done.stdout if done else ""), 3000))
+    for student in to_make:
         if student not in failed and page_of(course, lesson, student).exists():
             write_text(page_of(course, lesson, student).with_name(MADE_FROM),
                        json.dumps({"grades": made_from.get(student, "")}))
@@ -77,7 +94,10 @@ def write_pages(course, lesson: Lesson, zips: bool = False) -> Path:
                        "changed and their latest hand-in has no graded notebook to show ("
                        + inert(f"{record.get('status', 'not graded')}: "
                                f"{record.get('reason', '')}".rstrip(": "), 300) + ")")
-    course.log(f"feedback pages in {folder}/<student_id>/{lesson.name}/")
+    course.log(f"feedback pages in {folder}/<student_id>/{lesson.name}/: "
+               f"{len(to_make) - len(failed)} made"
+               + (f", {len(kept)} kept (their grades are as they were when their page was "
+                  "made; --all makes every page again)" if kept else ""))
     if zips:
         for_lms(course, lesson, current_pages(course, lesson))
     return folder
@@ -106,6 +126,13 @@ def current_pages(course, lesson: Lesson) -> list[Path]:
                    f"were made (run `python -m grader feedback {lesson.name}` to make them "
                    "again): " + inert(", ".join(stale), 300))
     return fresh
+
+
+def made_from_page(course, lesson: Lesson, student: str) -> str:
+    """The digest of the grades ``student``'s page of ``lesson`` was made from ('' where there
+    is no page, or it does not say)."""
+    page = page_of(course, lesson, student)
+    return made_from(page) if page.exists() else ""
 
 
 def made_from(page: Path) -> str:
