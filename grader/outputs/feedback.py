@@ -52,18 +52,20 @@ def write_pages(course, lesson: Lesson, zips: bool = False, remake: bool = False
     ``zips``, also the pages as the students' LMS takes them back, in feedback-zips/LESSON/."""
     folder = course.root / "feedback"
     made_from = grade_digests(course, lesson.name)  # before rendering: a change after shows
-    graded = _graded(course, lesson)
     kept = set() if remake else {
-        s for s in graded if made_from.get(s) and made_from_page(course, lesson, s) == made_from[s]}
+        s for s, digest in made_from.items()
+        if digest and made_from_page(course, lesson, s) == digest}
     if sum(len(s) + 1 for s in kept) > EXCLUDE_CHARS:
         kept = set()
     having = {p.parent.parent.name for p in folder.glob(f"*/{lesson.name}/*.html")}
     withdrawn = withdraw(course, lesson, None if not kept else having - kept)
-    to_make = [s for s in graded if s not in kept]
     # a few pages: nbgrader once for each (below); more: once, leaving the kept ones out
-    done = course.nbgrader("generate_feedback", lesson.name, "--force",
-                           *([f"--CourseDirectory.student_id_exclude={','.join(sorted(kept))}"]
-                             if kept else [])) if len(to_make) > (FEW if kept else 0) else None
+    few = kept and len(set(made_from) - kept) <= FEW
+    done = None if few else course.nbgrader(
+        "generate_feedback", lesson.name, "--force",
+        *([f"--CourseDirectory.student_id_exclude={','.join(sorted(kept))}"] if kept else []))
+    graded = _graded(course, lesson)
+    to_make = [s for s in graded if s not in kept]
     missing = [s for s in to_make if not page_of(course, lesson, s).exists()]
     nothing_made = bool(to_make) and len(missing) == len(to_make)
     failed: dict[str, str] = {}
