@@ -173,6 +173,13 @@ WRONG_ANSWERS = {
                    "def dropped_tokens(expert_counts, capacity_factor):"
                    "\n    capacity = math.ceil(sum(expert_counts) / len(expert_counts))"
                    "\n    return sum(max(0, c - capacity) for c in expert_counts)"),
+    # the PUE forgotten: energy as the GPUs alone draw it
+    "10_budget": ("run_cost",
+                  "def run_cost(gpu_hours, dollars_per_gpu_hour, gpu_watts, pue=1.0,"
+                  " kg_co2_per_kwh=0.0):"
+                  "\n    kwh = gpu_hours * gpu_watts / 1000"
+                  "\n    return (gpu_hours * dollars_per_gpu_hour, kwh,"
+                  " kwh * kg_co2_per_kwh / 1000)"),
 }
 
 

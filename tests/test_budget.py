@@ -7,8 +7,11 @@ run, the two fits)."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import math
+import random
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -460,3 +463,239 @@ def test_the_limits_are_allowed() -> None:
     assert compute_optimal(np.float64(1e23)) == compute_optimal(10**23)
     assert offload_seconds(np.int64(7_000_000_000), 25e9, 1e9) == offload_seconds(7e9, 25e9, 1e9)
     assert budget.__doc__ and "Lesson 10" in budget.__doc__
+
+
+# ---------------------------------------------------------------- the hidden checks and variants
+
+PREDICTION = "predicted_model_growth"
+
+
+def _growth_by_brute_force(growth: float, alpha: float, beta: float) -> float:
+    """N_opt at 1e24·growth FLOPs over N_opt at 1e24, each the minimum of the loss along 6ND = C
+    on a log grid (Hoffmann's A and B; the ratio does not depend on them)."""
+    def n_opt(c: float) -> float:
+        return math.exp(grid_minimum(
+            lambda x: A / np.exp(alpha * x) + B / (c / 6 / np.exp(x)) ** beta, 5, 45))
+
+    return n_opt(1e24 * growth) / n_opt(1e24)
+
+
+def test_each_students_prediction_is_the_growth_of_the_compute_optimal_model() -> None:
+    """Every variant's answer is compute_optimal's N at growth·C over N at C, and the brute
+    force's; the band of 5% holds what the cases module says: the square root (N and D growing
+    alike) is 10% or more off (one over the other), the exponents swapped by 20% or more, and
+    the answers a student with an id draws lie 20% or more apart, so that no one's answer is
+    another's."""
+    from grader.content.cases.budget import VARIANTS
+    from grader.content.lessons import load_lesson
+    from grader.grading.plans import variant_answer
+
+    spec = VARIANTS[PREDICTION]
+    answers = []
+    for index in range(len(spec.choices)):
+        bound = spec.bound(index)
+        growth, alpha, beta = (bound[n] for n in ("budget_growth", "fit_alpha", "fit_beta"))
+        answer = variant_answer(load_lesson("10_budget"), PREDICTION, index)
+        assert type(answer) is float
+        fit = dict(A=A, B=B, alpha=alpha, beta=beta)
+        assert math.isclose(answer, compute_optimal(growth * 1e22, **fit)[0]
+                            / compute_optimal(1e22, **fit)[0], rel_tol=1e-9)
+        assert math.isclose(answer, _growth_by_brute_force(growth, alpha, beta), rel_tol=1e-4)
+        assert abs(math.log(math.sqrt(growth) / answer)) >= math.log(1.1), index
+        assert abs(math.log(growth ** (alpha / (alpha + beta)) / answer)) >= math.log(1.2), index
+        answers.append(answer)
+        if index == 0:  # the default, which the notebook's text states and measures
+            assert spec.choices[0] == (100, *HOFFMANN[3:])
+            assert round(answer, 2) == 8.0 and answer == budget.predicted_model_growth
+            assert round(10 / answer - 1, 2) == 0.25  # "whoever answered 10 was 25% high"
+    drawn = sorted(answers[1:])
+    assert all(high / low >= 1.2 for low, high in itertools.pairwise(drawn)), drawn
+
+
+def _cases() -> dict:
+    from grader.content.cases.budget import CASES
+
+    return CASES
+
+
+def test_every_hidden_check_holds_on_the_reference_and_says_what_its_comment_says() -> None:
+    from grader.content.cases import as_case, reference_raises, reference_value
+
+    namespace = {**vars(budget), "math": math, "np": np}
+    value = {}
+    for name, cases in _cases().items():
+        assert name == PREDICTION or sum(as_case(c).raises == "ValueError" for c in cases) >= 7
+        for case in map(as_case, cases):
+            if case.raises:
+                reference_raises(case, namespace)
+            else:
+                value[case.expression] = reference_value(case, namespace)
+    assert round(value["chinchilla_loss(70e9, 1.4e12)"], 2) == 1.94
+    assert round(value["chinchilla_loss(280e9, 300e9)"], 2) == 1.99
+    n, d = value["compute_optimal(5.76e23)"]
+    assert round(d / n) == 93
+    refit = next(v for k, v in value.items()
+                 if k.startswith("compute_optimal(5.76e23, E=1.8172"))
+    assert round(refit[1] / refit[0]) == 18
+    assert value["run_cost(2.788e6, 2.0, 700.0)"][0] == 5_576_000.0
+    assert value["run_cost(10, 2.0, 1000, 1, 0)"] == (20.0, 10.0, 0.0)
+    assert value["offload_seconds(1e9, 4e9, 1e9)"] == 2.0
+    assert math.isclose(value[next(k for k in value if k.startswith("isoflop_minimum([1e7, 3e7"))],
+                        1e8, rel_tol=1e-9)
+
+
+def _lifetime_arguments(expression: str) -> tuple[float, float, tuple]:
+    """The target, the inference tokens and the fit of a lifetime check's expression."""
+    import re
+
+    call = re.search(r"\*lifetime_optimal\((.*)\)\)$", expression).group(1)
+    parts = [p.strip() for p in call.split(",")]
+    fit = HOFFMANN if len(parts) == 2 else tuple(float(p.split("=")[1]) for p in parts[2:])
+    return float(parts[0]), float(parts[1]), fit
+
+
+def _lifetime_judge(inference: float, fit: tuple) -> Callable[[float, float], tuple]:
+    """What a lifetime check computes of an answer (n, d): its loss and lifetime FLOPs."""
+    e, a, b, alpha, beta = fit
+    return lambda n, d: (e + a / n**alpha + b / d**beta, 6 * n * d + 2 * n * inference)
+
+
+def _on_curve(n: float, target: float, fit: tuple) -> float:
+    """The training tokens that take a model of n parameters to ``target``."""
+    e, a, b, alpha, beta = fit
+    return (b / (target - e - a / n**alpha)) ** (1 / beta)
+
+
+def test_each_lifetime_check_fails_the_compute_optimal_model_and_a_nearby_one() -> None:
+    """The lifetime checks compare the loss reached and the lifetime FLOPs within 1e-6: with
+    inference, the compute-optimal model for the loss (inference ignored) fails them, and so
+    does a model 1% off the optimum in N on the curve; the reference passes each with a margin
+    of a thousand."""
+    from grader.content.cases import as_case
+    from grader.content.cases.budget import DRAWN
+
+    cases = [as_case(c) for c in _cases()["lifetime_optimal"] if not as_case(c).raises]
+    cases += [as_case(c) for s in range(5) for c in DRAWN["lifetime_optimal"](random.Random(s))]
+    for case in cases:
+        assert case.rel_tol == 1e-6
+        target, inference, fit = _lifetime_arguments(case.expression)
+        judged = _lifetime_judge(inference, fit)
+        n, d = lifetime_optimal(target, inference, *fit)
+        loss, flops = judged(n, d)
+        assert abs(loss / target - 1) < 1e-9
+        nearby = n * np.exp(np.linspace(-1e-4, 1e-4, 41))
+        assert flops <= min(judged(m, _on_curve(m, target, fit))[1] for m in nearby) * (1 + 1e-9)
+        for wrong in (1.01 * n, 0.99 * n):
+            assert judged(wrong, _on_curve(wrong, target, fit))[1] / flops - 1 > 1e-6, case
+        if inference > 0:
+            ignored = lifetime_optimal(target, 0, *fit)
+            assert judged(*ignored)[1] / flops - 1 > 1e-6, case.expression
+
+
+@pytest.mark.parametrize("name", ["chinchilla_loss", "compute_optimal", "lifetime_optimal",
+                                  "run_cost", "offload_seconds"])
+def test_each_students_drawn_checks_are_valid_and_their_own(name) -> None:
+    """grader/content/cases/budget.py's DRAWN: three checks a seed, another three for another
+    seed, each accepted by the reference (no error), with its exercise's fixed tolerance, and
+    inside what the text states (every number finite and positive, PUE at least 1)."""
+    from grader.content.cases import as_case, reference_value
+    from grader.content.cases.budget import DRAWN
+    from tests.grading_helpers import drawn_calls
+
+    tolerance = {as_case(c).rel_tol for c in _cases()[name] if not as_case(c).raises} - {0.0}
+    for calls in drawn_calls(DRAWN[name], range(8)):
+        for case in map(as_case, calls):
+            assert case.raises is None and case.rel_tol in tolerance, case
+            result = reference_value(case, {**vars(budget), "math": math})
+            values = result if isinstance(result, tuple) else (result,)
+            assert all(math.isfinite(v) and v >= 0 for v in values), case.expression
+
+
+# ---------------------------------------------------------------- other correct implementations
+# (tests/test_portability.py scores each on every value check, visible and hidden)
+
+
+def chinchilla_loss_by_exp(n, d, E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28):
+    return E + A * math.exp(-alpha * math.log(n)) + B * math.exp(-beta * math.log(d))
+
+
+def compute_optimal_by_logs(c, E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28):
+    """ln N_opt solved from the condition, D first as C/6 over N."""
+    log_n = (math.log(alpha * A) - math.log(beta * B) + beta * math.log(c / 6)) / (alpha + beta)
+    n = math.exp(log_n)
+    return n, (c / 6) / n
+
+
+def lifetime_optimal_by_ternary_search(target, inference, E=1.69, A=406.4, B=410.7, alpha=0.34,
+                                       beta=0.28):
+    """A ternary search over ln N on the FLOPs themselves (no logs), from N_min to 100 N_min."""
+    def tokens(log_n):
+        return (B / (target - E - A * math.exp(-alpha * log_n))) ** (1 / beta)
+
+    def flops(log_n):
+        n = math.exp(log_n)
+        return 6 * n * tokens(log_n) + 2 * n * inference
+
+    lo = math.log(A / (target - E)) / alpha + 1e-9
+    hi = lo + math.log(100.0)
+    for _ in range(200):
+        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        lo, hi = (lo, b) if flops(a) < flops(b) else (a, hi)
+    return math.exp(lo), tokens(lo)
+
+
+def isoflop_minimum_by_lstsq(n_params, losses):
+    """The normal equations of the parabola, solved by numpy.linalg.lstsq on [x², x, 1]."""
+    x = np.log(np.asarray(n_params, dtype=float))
+    (a, b, _), *_ = np.linalg.lstsq(np.stack([x * x, x, np.ones_like(x)], axis=1),
+                                    np.asarray(losses, dtype=float), rcond=None)
+    return float(np.exp(-b / (2 * a)))
+
+
+def run_cost_other_order(hours, price, watts, pue=1.0, kg_co2_per_kwh=0.0):
+    kwh = hours * (watts / 1000) * pue
+    return price * hours, kwh, hours * watts * pue * kg_co2_per_kwh / 1e6
+
+
+def offload_seconds_other_order(n, link, adam, grad_bytes=2, param_bytes=2):
+    return n / link * grad_bytes + n / link * param_bytes + n * (1 / adam)
+
+
+def test_the_other_implementations_agree_with_the_reference() -> None:
+    """The implementations test_portability.py scores are correct: each within the hidden
+    checks' tolerance of the reference on the lesson's own inputs."""
+    for args in ((70e9, 1.4e12), (8e9, 15e12, *BESIROGLU)):
+        assert math.isclose(chinchilla_loss_by_exp(*args), chinchilla_loss(*args), rel_tol=1e-12)
+    for args in ((5.76e23,), (1e21, *BESIROGLU)):
+        assert np.allclose(compute_optimal_by_logs(*args), compute_optimal(*args), rtol=1e-9)
+    for args in ((1.9485, 6.86e13), (2.5, 1e12, *BESIROGLU)):
+        n, _ = lifetime_optimal_by_ternary_search(*args)
+        assert math.isclose(n, lifetime_optimal(*args)[0], rel_tol=1e-5)
+    assert math.isclose(isoflop_minimum_by_lstsq([1e7, 1e8, 1e9], [2.5, 2.3, 2.4]),
+                        isoflop_minimum([1e7, 1e8, 1e9], [2.5, 2.3, 2.4]), rel_tol=1e-9)
+
+
+def test_llama_31_405bs_figures_agree_with_lesson_04s_and_its_gpu_hours() -> None:
+    """budget.json's 405B run is training_runs.json's (lesson 04), its 6ND within 1% of the
+    3.8e25 FLOPs its paper reports; the card's 30.84M GPU-hours, part of the 39.3M, imply an MFU
+    below the paper's 38% (they count the hours the GPUs were held, not only computing), and
+    the lesson's 6ND at 38% to 43% takes 24.8M to 28.0M H100-hours, fewer than the card's."""
+    run = RUNS["Llama 3.1 405B"]
+    lesson_04 = json.loads((DATA / "training_runs.json").read_text())["runs"]["Llama 3.1 405B"]
+    assert (run["params"], run["tokens"], run["flops"]) == (
+        lesson_04["params"], lesson_04["tokens"], lesson_04["flops"])
+    six_nd = 6 * run["params"] * run["tokens"]
+    assert abs(six_nd / run["flops"] - 1) < 0.01
+    peak = json.loads((DATA / "hardware.json").read_text())["accelerators"]["H100 SXM"][
+        "peak_flops"]["bf16"]
+    assert run["gpu_hours"] < RUNS["Llama 3.1"]["gpu_hours"]
+    assert 0.30 < six_nd / (run["gpu_hours"] * 3600 * peak) < run["mfu_low"] < run["mfu_high"]
+    hours = [six_nd / (peak * mfu) / 3600 for mfu in (run["mfu_high"], run["mfu_low"])]
+    assert [round(h / 1e6, 1) for h in hours] == [24.8, 28.0]
+    assert hours[1] < run["gpu_hours"]
+
+
+def test_the_pcie_link_is_half_the_datasheets_both_directions() -> None:
+    node = json.loads((DATA / "interconnects.json").read_text())["H100 SXM node"]
+    assert node["pcie_bytes_per_s"] * 2 == node["pcie_bytes_per_s_both_directions"] == 128e9
+    assert "PCIe Gen5 128 GB/s" in node["pcie_source"]

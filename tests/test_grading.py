@@ -43,7 +43,7 @@ NOISY = {"01_float_formats": "decode", "02_tensors_and_strides": "contiguous_str
          "03_matmul_flops": "matmul_flops", "04_backprop_flops": "transformer_params",
          "05_adamw_memory": "training_memory", "06_training_step": "train_step_flops",
          "07_many_devices": "collective_bytes", "08_inference": "kv_cache_bytes",
-         "09_experts": "moe_params"}
+         "09_experts": "moe_params", "10_budget": "chinchilla_loss"}
 
 
 def test_every_lesson_has_a_wrong_answer() -> None:

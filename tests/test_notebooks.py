@@ -48,6 +48,8 @@ EXERCISES = {
                      "prefill_seconds", "simulate_serving"],
     "09_experts": ["moe_params", "moe_layer_flops", "expert_parallel_bytes", "dropped_tokens",
                    "predicted_experts_touched", "expected_experts_touched", "moe_decode_bytes"],
+    "10_budget": ["chinchilla_loss", "predicted_model_growth", "compute_optimal",
+                  "isoflop_minimum", "lifetime_optimal", "run_cost", "offload_seconds"],
 }
 
 

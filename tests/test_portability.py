@@ -30,6 +30,14 @@ from grader.grading import probe
 from grader.grading.probe import Exercise, Raises, judge
 from grader.grading.sandbox import bwrap_path
 from tests.grading_helpers import released_course
+from tests.test_budget import (
+    chinchilla_loss_by_exp,
+    compute_optimal_by_logs,
+    isoflop_minimum_by_lstsq,
+    lifetime_optimal_by_ternary_search,
+    offload_seconds_other_order,
+    run_cost_other_order,
+)
 from tests.test_experts import (
     expected_experts_touched_by_logs,
     expected_experts_touched_by_missing,
@@ -364,6 +372,16 @@ ALTERNATIVES: dict[str, dict[str, list[Callable]]] = {
         "moe_decode_bytes": [moe_decode_bytes_layer_by_layer],
         # a prediction, graded within 5%: 4% above the answer, and e^(-Tk/E)'s 55.3 (2% below)
         "predicted_experts_touched": [56.44370643064008 * 1.04, 64 * (1 - math.exp(-2))],
+    },
+    "10_budget": {
+        "chinchilla_loss": [chinchilla_loss_by_exp],
+        "compute_optimal": [compute_optimal_by_logs],
+        "lifetime_optimal": [lifetime_optimal_by_ternary_search],
+        "isoflop_minimum": [isoflop_minimum_by_lstsq],
+        "run_cost": [run_cost_other_order],
+        "offload_seconds": [offload_seconds_other_order],
+        # a prediction, graded within 5%: 4% above the answer, and 8 as a student rounds it
+        "predicted_model_growth": [8.00250227816105 * 1.04, 8],
     },
 }
 
