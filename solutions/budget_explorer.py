@@ -179,7 +179,8 @@ def plan_html(plan: dict, fit_name: str, inference_tokens: float) -> str:
         _row("lifetime_flops_lifetime_optimal", "lifetime FLOPs, this model",
              plan["lifetime_flops_lifetime_optimal"],
              flops_label(plan["lifetime_flops_lifetime_optimal"])),
-        _section("the training run of the budget"),
+        _section("the budget's training run (the compute-optimal model's; the lifetime-optimal "
+                 "model's costs its x the budget)"),
         _row("gpu_hours", "GPU-hours", plan["gpu_hours"], _readable(plan["gpu_hours"])),
         _row("dollars", "dollars", plan["dollars"], f"${_readable(plan['dollars'])}"),
         _row("kwh", "energy, kWh", plan["kwh"], _readable(plan["kwh"])),

@@ -35,6 +35,8 @@ _FIELDS = {
     "quantize_blockwise": ("q", "scales"),
     "loss_scale_update": ("scale", "growth_tracker"),
     "ring_all_reduce": ("results", "bytes_sent"),
+    "compute_optimal": ("n_opt", "d_opt"), "lifetime_optimal": ("n_params", "n_tokens"),
+    "run_cost": ("dollars", "kwh", "tonnes_co2"),
 }
 # Exercises that return a bit pattern: a message writes it in hex, as the lessons do (0x3F80).
 _BIT_PATTERNS = {"encode"}
