@@ -27,21 +27,30 @@ _VERTEX = 1e-7
 # Products and sums of a few floats: a few ulps.
 _COST = 1e-12
 
-_REFIT = "E=1.8172, A=482.01, B=2085.43, alpha=0.3478, beta=0.3658"
+_HOFFMANN_FIT = "1.69, 406.4, 410.7, 0.34, 0.28"  # the exercises' defaults
+_REFIT_FIT = "1.8172, 482.01, 2085.43, 0.3478, 0.3658"  # Besiroglu et al.'s
 
 
-def _lifetime(target: str, inference: str, fit: str = "1.69, 406.4, 410.7, 0.34, 0.28") -> Case:
+def _keywords(fit: str) -> str:
+    """A fit's five numbers as the exercises' keyword arguments, E=..., A=..., ..., beta=...."""
+    return ", ".join(f"{name}={value}"
+                     for name, value in zip(("E", "A", "B", "alpha", "beta"), fit.split(", "),
+                                            strict=True))
+
+
+_REFIT = _keywords(_REFIT_FIT)
+
+
+def _lifetime(target: str, inference: str, fit: str = _HOFFMANN_FIT) -> Case:
     """A check of lifetime_optimal(target, inference, fit): the loss the answer reaches and its
     lifetime FLOPs, computed from the fit's numbers written out (the student's chinchilla_loss is
     checked on its own)."""
     e, a, b, alpha, beta = fit.split(", ")
-    keywords = "" if fit.startswith("1.69,") else f", {_REFIT}"
+    keywords = "" if fit == _HOFFMANN_FIT else f", {_keywords(fit)}"
     return Case(f"(lambda n, d: ({e} + {a} / n**{alpha} + {b} / d**{beta}, "
                 f"6 * n * d + 2 * n * {inference}))(*lifetime_optimal({target}, {inference}"
                 f"{keywords}))", rel_tol=_LIFETIME)
 
-
-_REFIT_FIT = "1.8172, 482.01, 2085.43, 0.3478, 0.3658"
 
 CASES: dict[str, list[Case | str]] = {
     "chinchilla_loss": [
