@@ -126,7 +126,7 @@ def course(tmp_path_factory) -> dict:
         (folder / "timestamp.txt").write_text(stamp)
         keys[student] = secrets.token_hex(16)
         (folder / "submission_secret.txt").write_text(keys[student])
-    graded = grader("autograde", LESSON.name, "--collected", "--course-dir", root)
+    graded = grader("autograde", LESSON.name, "--collected", "--course-dir", root, "--plots")
     assert "3 graded, 0 needs_review, 0 invalid of 3" in graded.stdout, graded.stdout
     command("review", LESSON.name, "reviewed", "--accept", "--note", "fine <b>as it is</b>",
             "--by", "prof_x", "--course-dir", root)
@@ -171,6 +171,16 @@ def test_a_note_alone_or_an_accept_with_a_note_shows_on_the_students_page(course
     assert re.search(r"note, by prof_x on \S+Z: see me in office hours", text)
     assert "<b>as it is" not in course["pages"]["reviewed"]  # the note is text, not markup
     assert f"(Score: {round(FULL * 0.9, 2)} / {FULL:.1f})" in course["pages"]["reviewed"]
+
+
+def test_plots_are_drawn_on_the_page_only_when_graded_with_plots(course) -> None:
+    """The collected batch was graded with --plots, the Gradescope one (rostered) without."""
+    from grader.outputs.preprocessors import UNDRAWN
+
+    drawn, undrawn = course["pages"]["full"], course["pages"]["rostered"]
+    assert drawn.count("data:image/png;base64,") >= 2 and UNDRAWN not in drawn
+    assert "data:image/png;base64," not in undrawn
+    assert undrawn.count(html.escape(UNDRAWN)) >= 2 and "&lt;Figure size" not in undrawn
 
 
 def test_a_page_that_cannot_be_made_is_named_with_its_real_cause(course) -> None:

@@ -133,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
                            metavar="S", help="seconds one notebook may take (default: %(default)s)")
     autograde.add_argument("--memory", type=int, default=defaults.memory_bytes // 2**30,
                            metavar="GIB", help="memory of one kernel (default: %(default)s GiB)")
+    autograde.add_argument("--plots", action="store_true",
+                           help="draw the notebooks' plots into the graded copies and feedback "
+                                "pages (default: a line in place of each; drawing costs one to "
+                                "three seconds a hand-in)")
     autograde.add_argument("--partial-credit", action="store_true",
                            help="an exercise scores its points times the fraction of its checks "
                                 "passed (default: all or nothing)")

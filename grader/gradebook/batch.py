@@ -74,7 +74,7 @@ def command(course, lesson: Lesson, args) -> int:
                               f"python -m grader collect {lesson.name} first")
         args.submissions, args.layout = course.root / COLLECTED, args.layout or "nbgrader"
     limits = Limits(cell_seconds=args.cell_timeout, notebook_seconds=args.timeout,
-                    memory_bytes=args.memory * 2**30)
+                    memory_bytes=args.memory * 2**30, plots=args.plots)
     statuses = course.autograde(lesson, args.submissions, jobs=args.jobs,
                                 use_sandbox=not args.no_sandbox, limits=limits,
                                 partial=args.partial_credit, resume=args.resume,

@@ -232,6 +232,11 @@ def _first_child(pid: int, seconds: float) -> int | None:
     return None
 
 
+# The kernel's option that leaves IPython no image format for a matplotlib figure: the inline
+# backend shows and closes each figure as usual, as its text repr, without drawing it.
+NO_FIGURE_FORMATS = "--InlineBackend.figure_formats=[]"
+
+
 class SandboxKernelManager(AsyncKernelManager):
     """A kernel manager whose kernel starts inside the sandbox (or, unsandboxed, under rlimits).
 
@@ -251,6 +256,8 @@ class SandboxKernelManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         argv = super().format_kernel_cmd(extra_arguments)
         setup = self.sandbox
+        if not setup.limits.plots:  # matplotlib-inline then formats a figure as text alone
+            argv = [*argv, NO_FIGURE_FORMATS]
         if not setup.use_sandbox:
             argv = [*limit_argv(setup.limits), *argv]
         else:

@@ -4,6 +4,7 @@ the course's template, and preprocessors that each change one thing on it."""
 from __future__ import annotations
 
 import html
+import re
 from functools import cache
 from pathlib import Path
 
@@ -129,6 +130,12 @@ def markdown_html(source: str, attachments: dict | None = None) -> str:
         return f"<pre>{html.escape(source)}</pre>"
 
 
+# A matplotlib figure that the grader did not draw (autograde without --plots) shows as its
+# repr, which the page turns into words.
+FIGURE_REPR = re.compile(r"<Figure size \d+x\d+ with \d+ Axes>")
+UNDRAWN = "[a plot: not drawn when the notebook was graded; your own notebook shows it]"
+
+
 class SanitizeUntrusted(Preprocessor):
     """Make a student's notebook inert for its feedback page.
 
@@ -153,6 +160,8 @@ class SanitizeUntrusted(Preprocessor):
             data = output.get("data")
             if not isinstance(data, dict):
                 continue
+            if set(data) == {"text/plain"} and FIGURE_REPR.fullmatch(_text(data["text/plain"])):
+                data["text/plain"] = UNDRAWN  # graded without --plots: not drawn
             for mime in ("text/markdown", "text/latex"):  # LaTeX as Markdown: its $...$ too
                 if mime in data and "text/html" not in data:
                     data["text/html"] = markdown_html(_text(data[mime]))
