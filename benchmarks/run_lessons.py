@@ -4,11 +4,13 @@
 
 For each lesson (all of them by default) the notebook with its solutions runs end to end in a
 fresh kernel, as an instructor's Run All does before class (``--grading`` sets
-NBGRADER_EXECUTION as nbgrader does, so the demo cells do less work). The report gives the
+NBGRADER_EXECUTION as nbgrader does, so the demo cells do less work, and makes figures without
+drawing them, as Validate and the grader do). The report gives the
 wall time, how many exercises' visible checks passed, every error with the cell it came from,
 and the text printed by the cells that behave differently on a GPU (those that mention CUDA), so
 that a run on a machine with a GPU shows what its students will see there. ``--out`` keeps the
-executed notebooks, outputs and plots included, for reading afterwards.
+executed notebooks, outputs and plots (drawn unless ``--grading``) included, for reading
+afterwards.
 
 A script for checking the course on new hardware, not a test: it prints and asserts nothing; it
 exits 1 when a lesson raised an error, so that a script calling it can tell.

@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from grader.grading.sandbox import NO_FIGURE_FORMATS
 from grader.lab.validate import HIDDEN_NOTE, REPLY_MARK, Exercise
 
 LESSON_LIMIT_SECONDS = 10 * 60
@@ -33,9 +34,12 @@ def execute(nb: nbformat.NotebookNode, folder: Path, mode: str | None, timeout: 
             env: dict[str, str] | None = None, **options) -> None:
     """Run ``nb`` top to bottom in a fresh kernel working in ``folder``, its outputs kept in
     ``nb``. NBGRADER_EXECUTION is ``mode`` meanwhile, as nbgrader sets it ("validate",
-    "autograde": the lessons' demos then do less work), or unset for None; ``env`` is added to
-    the kernel's environment (a student's ``CTC_VARIANTS``). ``options`` go to nbclient's
+    "autograde": the lessons' demos then do less work, and figures are made but not drawn, as
+    Validate and the grader make them), or unset for None; ``env`` is added to the kernel's
+    environment (a student's ``CTC_VARIANTS``). ``options`` go to nbclient's
     ``NotebookClient``."""
+    if mode is not None:
+        options.setdefault("extra_arguments", [NO_FIGURE_FORMATS])
     previous = os.environ.pop("NBGRADER_EXECUTION", None)
     if mode is not None:
         os.environ["NBGRADER_EXECUTION"] = mode

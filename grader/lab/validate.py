@@ -36,6 +36,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from grader.grading.sandbox import NO_FIGURE_FORMATS
 from grader.lab.numbers import saved_numbers_problem
 
 HIDDEN_NOTE = ("Hidden checks also run when your work is graded: they try more inputs of your "
@@ -257,8 +258,10 @@ def problem(error: BaseException) -> str:
 # A lesson imports torch, which can keep a loaded laptop's kernel busy a while: wait for it
 # rather than fail with a timeout (nbgrader's defaults are 30 s a cell and an error on a slow
 # IOPub). Files on nbgrader's configuration path may set other values.
+# Validate reads checks, not plots: its kernel makes the lesson's figures without drawing
+# them (grader/grading/sandbox.py's NO_FIGURE_FORMATS, as grading does), a second or two less.
 COURSE_DEFAULTS = {"timeout": 120, "iopub_timeout": 30, "raise_on_iopub_timeout": False,
-                   "startup_timeout": 120}
+                   "startup_timeout": 120, "extra_arguments": [NO_FIGURE_FORMATS]}
 
 
 def nbgrader_config():
