@@ -185,8 +185,11 @@ CASES: list[tuple[str, Mutation | str, float, str | None, str | None]] = [
     ("forged_results", replace("machine_epsilon", WRONG_EPSILON,
                                'print(\'[{"t": "float", "v": "0x1.0p-10"}]\' * 3)'),
      FULL - 1, "graded", None),
+    # Waits rather than spins (loops_forever and fork_bomb spin): each cell that calls it runs
+    # to the time limit, and a spinning wait burned 40 CPU s of the batch for nothing more.
     ("hangs_in_function", replace("smallest_normal",
-                                  "def smallest_normal(fmt):\n    while True:\n        pass"),
+                                  "def smallest_normal(fmt):\n    import time\n"
+                                  "    while True:\n        time.sleep(1)"),
      FULL - 1, "needs_review", "time limit"),
     ("reads_secrets", append(READ_SECRETS), FULL, "needs_review", "file system"),
     ("uses_network", append(
