@@ -284,9 +284,15 @@ def test_the_late_policy_reads_as_words_whatever_its_fields() -> None:
 
 
 def test_math_is_drawn_offline_with_nothing_fetched(course, browser, tmp_path) -> None:
+    """And every text output, a verdict of 600 characters among them, wraps inside its box in
+    a 1280x720 window."""
     path = tmp_path / "page.html"
-    path.write_text(course["pages"]["full"])
-    context = browser.new_context(offline=True)
+    long_verdict = "[grader] decode: 0 of 2 points; " + "a failed check said why, " * 23
+    page_text = course["pages"]["full"]
+    first = page_text.index("output_stdout output_text")
+    at = page_text.index("<pre>", first) + len("<pre>")
+    path.write_text(page_text[:at] + long_verdict + "\n" + page_text[at:])
+    context = browser.new_context(offline=True, viewport={"width": 1280, "height": 720})
     fetched: list[str] = []
 
     def network(route) -> None:  # the page itself (file:) and what it embeds (data:) only
@@ -313,6 +319,11 @@ def test_math_is_drawn_offline_with_nothing_fetched(course, browser, tmp_path) -
                                  ".getBoundingClientRect().height")
         line = page.evaluate("parseFloat(getComputedStyle(document.body).lineHeight)")
         assert fraction > line * 0.9  # a fraction, stacked, not a line of TeX
+        assert long_verdict[:40] in page.inner_text("body")
+        overflowing = page.evaluate("""[...document.querySelectorAll('.output_text pre')]
+            .filter(p => p.scrollWidth > p.clientWidth + 1).map(p => p.innerText.slice(0, 80))""")
+        assert overflowing == []
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= 1280
     finally:
         context.close()
 
