@@ -179,6 +179,7 @@ def test_plots_are_drawn_on_the_page_only_when_graded_with_plots(course) -> None
 
     drawn, undrawn = course["pages"]["full"], course["pages"]["rostered"]
     assert drawn.count("data:image/png;base64,") >= 2 and UNDRAWN not in drawn
+    assert drawn.count("<img ") == drawn.count('<img alt="No description has been provided')
     assert "data:image/png;base64," not in undrawn
     assert undrawn.count(html.escape(UNDRAWN)) >= 2 and "&lt;Figure size" not in undrawn
 
