@@ -1,17 +1,19 @@
 """The instructor's commands on a large class: how long each takes, and how many queries.
 
     .venv/bin/python benchmarks/class_scale.py [--students 10000] [--lesson 01_float_formats]
+                                               [--feedback-sample 300]
 
 A course of N graded hand-ins is made without grading N notebooks: three real hand-ins are
 graded (the instructor's notebook, one with a wrong exercise, the untouched student version),
 then ``clone_class`` copies their rows in nbgrader's gradebook and the grader's ledger, and
 hard-links their files, under N student ids (distinct e-mails on a roster). Every command then
 reads what a class of N graded by the grader would hold. For each of ``report``, ``export``
-(csv, per exercise, per person, Canvas), ``review`` (the list of flagged), ``variants`` and
-``feedback`` (a second run: nothing changed) it prints the wall time and the SQL statements
-it sent (counted on SQLAlchemy's engines); ``feedback``'s first run writes a page per student and
-is timed on a sample. A script that prints figures, not a test: tests/test_scale.py keeps the
-number of statements from growing with the class.
+(csv, per exercise, per person), ``review`` (the list of flagged) and ``variants`` it prints
+the wall time and the SQL statements it sent (counted on SQLAlchemy's engines).
+``feedback``'s first run, which makes a page per student, is timed on a class of
+``--feedback-sample`` students made the same way, and so is its second (nothing changed). A
+script that prints figures, not a test: tests/test_term_state.py keeps the number of
+statements from growing with the class.
 """
 
 from __future__ import annotations
@@ -193,10 +195,28 @@ def make_class(root: Path, lesson: str, students: int) -> Path:
     return course
 
 
+def measure_feedback(root: Path, lesson: str, students: int) -> tuple[float, float]:
+    """``feedback``'s first run on a class of ``students`` (every page made) and its second
+    (nothing changed: every page kept), in seconds."""
+    from grader.cli import main
+
+    course = make_class(root / "feedback-sample", lesson, students)
+    argv = ["feedback", lesson, "--course-dir", str(course)]
+    start = time.perf_counter()
+    quiet(main, argv)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    quiet(main, argv)
+    return first, time.perf_counter() - start
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=10_000)
     parser.add_argument("--lesson", default="01_float_formats")
+    parser.add_argument("--feedback-sample", type=int, default=300, metavar="N",
+                        help="the class on which feedback's first run is timed (default: "
+                             "%(default)s; 0: not timed)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ctc-class-scale-"))
     try:
@@ -207,6 +227,11 @@ def main() -> int:
         print(f"{'command':<28} {'seconds':>8} {'SQL statements':>15}")
         for name, seconds, statements in measure(course, args.lesson, root):
             print(f"{name:<28} {seconds:>8.2f} {statements:>15,}")
+        if args.feedback_sample:
+            first, again = measure_feedback(root, args.lesson, args.feedback_sample)
+            print(f"feedback, first run on a class of {args.feedback_sample:,}: {first:.1f} s "
+                  f"({args.feedback_sample / first:.1f} pages a second, the start included); "
+                  f"again, nothing changed: {again:.1f} s")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
