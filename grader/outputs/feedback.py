@@ -60,7 +60,7 @@ def write_pages(course, lesson: Lesson, zips: bool = False, remake: bool = False
     having = {p.parent.parent.name for p in folder.glob(f"*/{lesson.name}/*.html")}
     withdrawn = withdraw(course, lesson, None if not kept else having - kept)
     # a few pages: nbgrader once for each (below); more: once, leaving the kept ones out
-    few = kept and len(set(made_from) - kept) <= FEW
+    few = bool(kept) and len(set(made_from) - kept) <= FEW
     done = None if few else course.nbgrader(
         "generate_feedback", lesson.name, "--force",
         *([f"--CourseDirectory.student_id_exclude={','.join(sorted(kept))}"] if kept else []))
@@ -117,7 +117,8 @@ def current_pages(course, lesson: Lesson) -> list[Path]:
     fresh, stale = [], []
     for page in sorted((course.root / "feedback").glob(f"*/{lesson.name}/*.html")):
         student = page.parent.parent.name
-        if made_from(page) and made_from(page) == now.get(student):
+        digest = made_from(page)
+        if digest and digest == now.get(student):
             fresh.append(page)
         else:
             page.unlink()
