@@ -30,6 +30,7 @@ from tests.grading_helpers import (
     in_process,
     points,
     read_export,
+    read_notebook,
     released_course,
     submit,
 )
@@ -598,8 +599,18 @@ STOPS_IN_SECOND_PROBE = FAILS_FIRST_PROBE.replace(
     'raise MemoryError("a fault of the machine")',
     'raise MemoryError("a fault of the machine")\n        import os\n        os._exit(1)')
 
+# An image whose metadata carries attributes for the <img> tag that nbconvert's templates
+# write its width into, unquoted (the feedback page's and formgrader's).
+HOSTILE_IMAGE = """from IPython.display import Image, display
+png = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
+tag = "1 onmouseover=alert(1) tabindex=0 autofocus onfocus=alert(2)"
+display(Image(data=png), metadata={"image/png": {"width": tag, "height": tag, "alt": 7,
+                                                 "filenames": {"image/png": "/etc/passwd"}}})"""
+
 STATE_CASES: list[tuple[str, Mutation, float, str | None]] = [
-    ("scratch_rebinds", append("decode = None\nsplit_bits = print"), FULL, None),
+    ("scratch_rebinds", append("decode = None\nsplit_bits = print\n" + HOSTILE_IMAGE), FULL,
+     None),
     ("rebinds_stdout", append("import io, sys\nsys.stdout = io.StringIO()"), FULL, None),
     ("no_float_format", unfinished("FloatFormat"), FULL - PTS["FloatFormat"],
      "passes with a correct `FloatFormat`"),
@@ -654,6 +665,22 @@ def test_each_exercise_is_judged_where_its_checks_ran_and_costs_its_own_points_o
         assert record["status"] == "needs_review", record
         assert "second run did not finish" in record["reason"], record
         assert record["exercises"]["machine_epsilon"]["hidden_failed"] > 0, record
+
+
+@STATE
+def test_an_images_metadata_gives_its_tag_no_attribute_of_its_own(state_batch) -> None:
+    """Width and height become whole numbers or nothing, in the graded notebook (formgrader
+    shows it) and on the feedback page; the page's <img> tags carry no event handler."""
+    graded = read_notebook(state_batch["course"] / "autograded" / "scratch_rebinds"
+                           / LESSON.name / LESSON.notebook.name)
+    images = [o for c in graded.cells for o in c.get("outputs", [])
+              if "image/png" in o.get("data", {})]
+    kept = [json.dumps(o.metadata) for o in images]
+    assert kept and not [m for m in kept if "onmouseover" in m or "filenames" in m], kept
+    page = (state_batch["course"] / "feedback" / "scratch_rebinds" / LESSON.name
+            / f"{LESSON.notebook_id}.html").read_text()
+    tags = re.findall(r"<img\b[^>]*>", page)
+    assert tags and not [t for t in tags if re.search(r"\son\w+\s*=|autofocus|passwd", t)], tags
 
 
 def test_only_an_attempted_exercise_is_judged_again() -> None:

@@ -58,6 +58,57 @@ def text_safe(value: object) -> object:
     return value
 
 
+# What nbconvert's templates (the feedback page's, formgrader's) write into an <img> tag from
+# an output's metadata, at the top or under the image's MIME type: width and height unquoted,
+# filenames as its src. A kernel's display() sets any of them to anything.
+IMAGE_KEYS = ("width", "height", "unconfined", "alt", "filenames")
+
+
+def displayable(metadata: object) -> dict:
+    """An output's ``metadata`` with what a page's <img> tag takes from it made safe: width and
+    height kept only as whole numbers of pixels, unconfined only as a bool, alt only as text
+    (the templates quote and escape it), filenames dropped (a graded notebook's images are in
+    it); the rest as it is."""
+    if not isinstance(metadata, dict):
+        return {}
+    safe = {key: value for key, value in metadata.items() if key not in IMAGE_KEYS}
+    safe.update(_image_keys(metadata))
+    for mime, scoped in metadata.items():
+        if isinstance(mime, str) and mime.startswith("image/") and isinstance(scoped, dict):
+            safe[mime] = {**{k: v for k, v in scoped.items() if k not in IMAGE_KEYS},
+                          **_image_keys(scoped)}
+    return safe
+
+
+def shown_safely(nb: dict) -> dict:
+    """``nb`` (a notebook's JSON) with every output's metadata ``displayable``: a copy, ``nb``
+    itself unchanged."""
+    cells = []
+    for cell in nb.get("cells", []):
+        outputs = cell.get("outputs") if isinstance(cell, dict) else None
+        if isinstance(outputs, list):
+            cell = {**cell, "outputs": [
+                {**output, "metadata": displayable(output["metadata"])}
+                if isinstance(output, dict) and "metadata" in output else output
+                for output in outputs]}
+        cells.append(cell)
+    return {**nb, "cells": cells}
+
+
+def _image_keys(scope: dict) -> dict:
+    kept: dict = {}
+    for key in ("width", "height"):
+        value = scope.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and 0 < value <= 100_000:  # NaN and infinities fail the comparison
+            kept[key] = int(value)
+    if isinstance(scope.get("unconfined"), bool):
+        kept["unconfined"] = scope["unconfined"]
+    if isinstance(scope.get("alt"), str):
+        kept["alt"] = scope["alt"]
+    return kept
+
+
 def gradebook_text(value: object) -> str:
     """A name or e-mail as nbgrader's gradebook keeps it: neutral wherever nbgrader shows it.
     nbgrader 0.9.6's ``export`` joins fields with commas, unquoted, so a comma or semicolon (a

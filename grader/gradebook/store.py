@@ -15,7 +15,13 @@ from grader.common.faults import (
     retrying,
 )
 from grader.common.files import remove_tree
-from grader.common.text import gradebook_text, inert, text_safe, valid_student_id
+from grader.common.text import (
+    gradebook_text,
+    inert,
+    shown_safely,
+    text_safe,
+    valid_student_id,
+)
 from grader.content.lessons import Lesson
 from grader.gradebook import ledger
 from grader.grading.autograde import Graded
@@ -90,7 +96,7 @@ def write_autograded(course, lesson: Lesson, graded: Graded) -> None:
             return
         autograded.mkdir(parents=True)
         staged = autograded / f".{lesson.notebook.name}.partial"
-        nbformat.write(nbformat.from_dict(text_safe(graded.notebook)), staged)
+        nbformat.write(nbformat.from_dict(text_safe(shown_safely(graded.notebook))), staged)
         staged.replace(autograded / lesson.notebook.name)
     except OSError as error:
         if is_disk_error(error):

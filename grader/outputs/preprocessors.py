@@ -17,6 +17,7 @@ from nbconvert.preprocessors import Preprocessor
 from nbformat import NotebookNode
 from traitlets import Bool, Unicode
 
+from grader.common.text import displayable
 from grader.content.lessons import BEGIN_HIDDEN, END_HIDDEN
 
 
@@ -38,8 +39,10 @@ class FeedbackExporter(HTMLExporter):
         self._highlighters: dict[str | None, _Remembered] = {}  # by pygments lexer
 
     def from_notebook_node(self, nb: NotebookNode, resources: dict | None = None, **kw):
-        language = nb.metadata.get("language_info", {})
+        language = nb.metadata.get("language_info")
+        language = language if isinstance(language, dict) else {}
         lexer = language.get("pygments_lexer", language.get("name", None))
+        lexer = lexer if isinstance(lexer, str) else None
         if lexer not in self._highlighters:
             self._highlighters[lexer] = _Remembered(Highlight2HTML(pygments_lexer=lexer,
                                                                    parent=self))
@@ -49,7 +52,7 @@ class FeedbackExporter(HTMLExporter):
             page, resources = super().from_notebook_node(nb, resources, **kw)
         finally:
             nbconvert_html.BeautifulSoup = soup
-        return IMG_WITHOUT_ALT.sub(f'<img alt="{NO_ALT}" ', page), resources
+        return IMG_TAG.sub(_with_alt, page), resources
 
 
 
@@ -67,7 +70,10 @@ class _Remembered:
 
     def __call__(self, source: str, language: str | None = None, metadata=None) -> str:
         magics = (metadata or {}).get("magics_language")
-        return self.highlighted(source, language, magics if isinstance(magics, str) else None)
+        magics = magics if isinstance(magics, str) else None
+        if len(source) > REMEMBERED_CHARS:  # a student's own long cell: not kept
+            return self._highlight(source, language, magics)
+        return self.highlighted(source, language, magics)
 
 
 class _Unparsed(str):
@@ -81,8 +87,19 @@ class _Unparsed(str):
         return []
 
 
-IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\salt=)\s")
+# An <img> tag of the page and its attributes. The page's tags are the template's (attribute
+# values quoted and escaped, or whole numbers) and nh3's (quoted, with < and > escaped).
+IMG_TAG = re.compile(r"<img\b[^>]*>")
+ATTRIBUTE = re.compile(r"""\s([^\s"'>/=]+)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'>]+))?""")
 NO_ALT = "No description has been provided for this image"  # nbconvert's words
+
+
+def _with_alt(tag: re.Match) -> str:
+    """The tag, with nbconvert's alt text where it has none."""
+    rest = tag.group(0)[len("<img"):]
+    if "alt" in {name.lower() for name in ATTRIBUTE.findall(rest)}:
+        return tag.group(0)
+    return f'<img alt="{NO_ALT}"{rest}'
 
 
 class RedactHiddenTests(Preprocessor):
@@ -190,6 +207,11 @@ def markdown_html(source: str, attachments: dict | None = None) -> str:
         return f"<pre>{html.escape(source)}</pre>"
 
 
+# The longest cell whose page HTML is remembered: the lessons' own are under 6,000 characters,
+# and 1,024 of these at most are kept.
+REMEMBERED_CHARS = 16_384
+
+
 @lru_cache(maxsize=1024)
 def _clean_markdown(source: str) -> str:
     """A Markdown cell without attachments as its page shows it. Remembered: the lesson's own
@@ -199,7 +221,7 @@ def _clean_markdown(source: str) -> str:
 
 # A matplotlib figure that the grader did not draw (autograde without --plots) shows as its
 # repr, which the page turns into words.
-FIGURE_REPR = re.compile(r"<Figure size \d+x\d+ with \d+ Axes>")
+FIGURE_REPR = re.compile(r"<Figure size [0-9.e+]+x[0-9.e+]+ with \d+ Axes>")  # sizes as %g
 UNDRAWN = "[a plot: not drawn when the notebook was graded; your own notebook shows it]"
 
 
@@ -218,7 +240,8 @@ class SanitizeUntrusted(Preprocessor):
     enabled = Bool(True)
 
     def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int):
-        if cell.cell_type == "markdown" and not cell.get("attachments"):
+        if cell.cell_type == "markdown" and not cell.get("attachments") \
+                and len(cell.source) <= REMEMBERED_CHARS:
             cell.source = _clean_markdown(cell.source)
         elif cell.cell_type in ("markdown", "raw"):
             markup = markdown_html(cell.source, cell.get("attachments")) \
@@ -239,6 +262,8 @@ class SanitizeUntrusted(Preprocessor):
                     data[mime] = clean(_text(data[mime]))
                 elif mime not in SAFE_OUTPUTS:
                     del data[mime]
+            if "metadata" in output:  # an <img> tag's attributes: numbers and text only
+                output["metadata"] = displayable(output["metadata"])
             output.get("metadata", {}).pop("text/html", None)  # no "isolated" iframe
         return cell, resources
 
