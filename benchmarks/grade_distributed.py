@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import signal
 import subprocess
@@ -145,10 +146,13 @@ def coordinator_only(args, lesson, grader: list[str]) -> None:
             run([*grader, "autograde", lesson.name, str(tmp / "templates"), *course,
                  "--broker", url], len(made))
         finally:
-            workers_stopped(workers)
-        if len(list(recorded.glob("*.json"))) != len(made):
-            raise SystemExit(f"recorded {len(list(recorded.glob('*.json')))} results of "
-                             f"{len(made)} templates")
+            worker_cpu = workers_stopped(workers)
+        results = [json.loads(path.read_text()) for path in recorded.glob("*.json")]
+        if len(results) != len(made):
+            raise SystemExit(f"recorded {len(results)} results of {len(made)} templates")
+        print(f"  the real worker: {worker_cpu:.1f} CPU s in all (its start included); the "
+              "notebooks' own run times: "
+              + ", ".join(f"{result.get('seconds', 0):.1f} s" for result in results))
         for number in range(args.students):
             target = tmp / "class" / f"student{number:05d}"
             target.mkdir(parents=True)
