@@ -109,6 +109,15 @@ def workers_stopped(workers: list[subprocess.Popen]) -> float:
     return cpu
 
 
+def server_cpu(folder: str) -> float:
+    """The CPU seconds of the PostgreSQL server whose folder is ``folder`` (tests/servers.py):
+    its postmaster's and those of the connections' processes it has reaped (one a connection),
+    read from /proc."""
+    pid = (Path(folder) / "data" / "postmaster.pid").read_text().split()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def coordinator_only(args, lesson, grader: list[str]) -> None:
     """Record three templates through a real worker, then grade N hand-ins of them on the
     real coordinator with replaying workers (see the module's docstring)."""
@@ -166,12 +175,14 @@ def coordinator_only(args, lesson, grader: list[str]) -> None:
                        "--format", "raw", "--output", str(args.profile.resolve()), "--",
                        *command]
         cpu_before = redis_client.Redis.from_url(url).info("cpu")
+        postgres_before = server_cpu(postgres.folder)
         workers = workers_started([*worker, "--replay", str(recorded)], args.workers)
         try:
             seconds, cpu, peak = run(command, args.students)
         finally:
             replay_cpu = workers_stopped(workers)
         cpu_after = redis_client.Redis.from_url(url).info("cpu")
+        postgres_cpu = server_cpu(postgres.folder) - postgres_before
     redis_cpu = sum(cpu_after[k] - cpu_before[k] for k in ("used_cpu_user", "used_cpu_sys"))
     n = args.students
     print(f"summary (EXECUTION REPLAYED, NOT RUN; {lesson.name}, a keyless course, PostgreSQL "
@@ -179,7 +190,8 @@ def coordinator_only(args, lesson, grader: list[str]) -> None:
     print(f"  {n} hand-ins in {seconds:.1f} s: {60 * n / seconds:.0f} a minute")
     print(f"  coordinator: {cpu / n:.3f} CPU s a hand-in ({cpu:.0f} s), peak memory {peak:.0f} MB")
     print(f"  replay workers: {replay_cpu / n:.3f} CPU s a hand-in; Redis: "
-          f"{redis_cpu / n:.3f}")
+          f"{redis_cpu / n:.3f}; PostgreSQL: {postgres_cpu / n:.3f} (its connections' processes "
+          "that ended)")
 
 
 def main() -> None:
