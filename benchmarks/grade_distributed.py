@@ -19,10 +19,11 @@ them with the real coordinator (a PostgreSQL gradebook) and W workers that run n
 answers a task with the recorded result of its template, signed for that task by the grader's
 own code, and the coordinator verifies and judges it as any worker's. Execution is replayed, not
 run. It prints hand-ins a minute, the coordinator's CPU seconds a hand-in and peak memory, and
-the replay workers' CPU; ``--profile FILE`` runs the coordinator under py-spy (every thread, on
-CPU only; raw collapsed stacks). The course has no key (``variants.key`` removed after release,
-as a course released before keys existed): with one, each student's drawn numbers would make
-their notebook's run differ from the template's.
+the CPU of the replay workers, Redis and PostgreSQL a hand-in. ``--profile FILE`` runs the
+coordinator under py-spy (``pip install py-spy``; every thread, raw collapsed stacks). The
+course has no key (``variants.key`` removed after release, as a course released before keys
+existed): with one, each student's drawn numbers would make their notebook's run differ from
+the template's.
 """
 
 from __future__ import annotations
