@@ -46,9 +46,8 @@ def create_all_when_missing() -> None:
     missing ones; a coordinator opens the gradebook three times a hand-in (twice in nbgrader's
     own clean-up of the notebook, once to store its grades): 13 questions each time, about
     5% of the coordinator's time in a profile (``benchmarks/grade_distributed.py
-    --coordinator-only``). Where one list of the database's tables
-    names them all, nothing would be created and nothing is; otherwise nbgrader's own call runs
-    as it did."""
+    --coordinator-only``). Where one list of the database's tables names them all, nothing
+    would be created and nothing is; otherwise nbgrader's own call runs as it did."""
     import nbgrader.api
     from sqlalchemy import inspect
 
