@@ -745,6 +745,32 @@ def test_a_new_gradebook_is_stamped_with_nbgraders_head_without_a_second_python(
     assert stamped == alembic_head()
 
 
+def test_a_gradebook_opened_again_asks_once_for_its_tables_and_still_makes_a_missing_one(
+        tmp_path) -> None:
+    """nbgrader's Gradebook looks for each of its tables whenever it is opened (three times a
+    hand-in on a coordinator); the grader asks for the list once and creates nothing when every
+    table is there (grader/gradebook/schema.py). A table that is missing is still made."""
+    import sqlite3
+
+    from nbgrader.api import Base
+    from sqlalchemy import event, inspect
+
+    from grader.gradebook.coursedir import CourseDir
+
+    course = CourseDir(tmp_path / "course", log=lambda _: None)
+    with course.gradebook():
+        pass
+    with sqlite3.connect(tmp_path / "course" / "gradebook.db") as db:
+        db.execute("DROP TABLE comment")
+    with course.gradebook() as gb:  # made again
+        assert "comment" in inspect(gb.engine).get_table_names()
+        statements: list[str] = []
+        event.listen(gb.engine, "before_cursor_execute",
+                     lambda *args: statements.append(args[2]))
+        Base.metadata.create_all(bind=gb.engine)
+    assert len(statements) == 1 and "sqlite_master" in statements[0], statements
+
+
 # ------------------------------------------------------------------ a class of thousands
 
 def test_the_instructors_commands_send_as_many_queries_for_2000_as_for_20(graded,

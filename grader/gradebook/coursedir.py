@@ -153,9 +153,10 @@ class CourseDir:
     def gradebook(self):
         from nbgrader.api import Gradebook
 
-        from grader.gradebook.schema import add_indexes, stamp_in_process
+        from grader.gradebook.schema import add_indexes, create_all_when_missing, stamp_in_process
 
         stamp_in_process()
+        create_all_when_missing()
         gb = Gradebook(self.db_url, course_id=COURSE_ID)
         add_indexes(gb.engine)
         return gb

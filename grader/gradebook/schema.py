@@ -38,6 +38,34 @@ def stamp_in_process() -> None:
     nbgrader.api.get_alembic_version = get_alembic_version
 
 
+def create_all_when_missing() -> None:
+    """Make the ``CREATE`` of nbgrader's tables, which its ``Gradebook`` runs each time one is
+    opened, ask the database once whether they all exist, not once a table.
+
+    ``MetaData.create_all`` looks for each of nbgrader's tables in turn before creating the
+    missing ones; a coordinator opens the gradebook three times a hand-in (twice in nbgrader's
+    own clean-up of the notebook, once to store its grades): 13 questions each time, about
+    5% of the coordinator's time in a profile (``benchmarks/grade_distributed.py
+    --coordinator-only``). Where one list of the database's tables names them all, nothing
+    would be created and nothing is; otherwise nbgrader's own call runs as it did."""
+    import nbgrader.api
+    from sqlalchemy import inspect
+
+    metadata = nbgrader.api.Base.metadata
+    original = metadata.create_all
+    if getattr(original, "when_missing", False):
+        return
+
+    def create_all(bind, tables=None, checkfirst: bool = True) -> None:
+        if checkfirst and tables is None \
+                and set(metadata.tables) <= set(inspect(bind).get_table_names()):
+            return
+        original(bind=bind, tables=tables, checkfirst=checkfirst)
+
+    create_all.when_missing = True  # type: ignore[attr-defined]
+    metadata.create_all = create_all
+
+
 # nbgrader's tables index their keys and unique pairs only (a grade's is cell_id, notebook_id):
 # its own lookup of one submission's grades, comments or notebooks scans the whole course's
 # table, and each page that ``generate_feedback`` writes makes several, so a class's feedback

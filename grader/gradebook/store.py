@@ -109,6 +109,9 @@ def commit(course, lesson: Lesson, graded: Graded, state, discard: bool,
             by: str | None) -> None:
     """One transaction: the student's grades, the review decisions in force (nbgrader's
     ``manual_score``), the ledger's row; and, when discarding decisions, the log's row."""
+    from nbgrader.api import Grade
+    from sqlalchemy.orm import joinedload, undefer
+
     from grader.gradebook.decisions import who
 
     ledger.engine(course.db_url)  # the course's own tables exist before the transaction
@@ -121,7 +124,12 @@ def commit(course, lesson: Lesson, graded: Graded, state, discard: bool,
             lesson, graded.student_id, gb=gb))
         submission = gb.update_or_create_submission(lesson.name, graded.student_id)
         for notebook in submission.notebooks:
-            for grade in notebook.grades:
+            # The notebook's grades with their cells (the name) and max_score in one query:
+            # read grade by grade, each asked the database for its cell and its max_score
+            # (nbgrader defers it), and each of those queries flushed the grade before it
+            grades = gb.db.query(Grade).filter(Grade.notebook_id == notebook.id).options(
+                undefer(Grade.max_score), joinedload(Grade.cell)).all()
+            for grade in grades:
                 grade.auto_score = min(points.get(grade.name, 0), grade.max_score)
                 decision = overrides.get(grade.name.removeprefix("test-"))
                 grade.manual_score = None if decision is None else min(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import io
 import re
 import tokenize
@@ -389,6 +390,19 @@ def drawn_elsewhere(nb: NotebookNode, lesson: Lesson, draw: Draw | None) -> list
     return reasons
 
 
+def source_notebook(lesson: Lesson) -> NotebookNode:
+    """The lesson's own notebook, which ``scan`` compares each submission with: read once per
+    version of its file, not once per submission (a class of thousands read and validated it
+    thousands of times). Shared by every submission: read it, never change it."""
+    stat = lesson.notebook.stat()
+    return _read_source(lesson.notebook, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_source(path: Path, mtime_ns: int, size: int) -> NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
 def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_id: str,
                        db_url: str, gradebook_lock: AbstractContextManager | None = None,
                        draw: Draw | None = None) -> Prepared | Graded:
@@ -398,7 +412,7 @@ def prepare_submission(notebook_path: Path, note: str, lesson: Lesson, student_i
     except Exception as error:  # any parse failure makes the submission unreadable
         return Graded(student_id, "invalid", [f"{notebook_path.name} is not a readable "
                                               f"notebook ({type(error).__name__})"])
-    source = nbformat.read(lesson.notebook, as_version=4)
+    source = source_notebook(lesson)
     reasons = [note] if note else []
 
     def clean() -> tuple[NotebookNode, list[str]]:
