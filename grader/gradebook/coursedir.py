@@ -52,7 +52,7 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "outputs" / "templates"
 # `python -m nbgrader`, after `import grader` (which spares it a second of jsonschema's start:
 # grader/__init__.py), stamping a new gradebook without a second Python
 # (grader/gradebook/schema.py).
-NBGRADER = ("import runpy, sys, grader.gradebook.schema as schema; schema.stamp_in_process(); "
+NBGRADER = ("import runpy, sys, grader.gradebook.schema as schema; schema.patch_nbgrader(); "
             "sys.argv[0] = 'nbgrader'; "
             "runpy.run_module('nbgrader', run_name='__main__', alter_sys=True)")
 
@@ -153,10 +153,9 @@ class CourseDir:
     def gradebook(self):
         from nbgrader.api import Gradebook
 
-        from grader.gradebook.schema import add_indexes, create_all_when_missing, stamp_in_process
+        from grader.gradebook.schema import add_indexes, patch_nbgrader
 
-        stamp_in_process()
-        create_all_when_missing()
+        patch_nbgrader()
         gb = Gradebook(self.db_url, course_id=COURSE_ID)
         add_indexes(gb.engine)
         return gb

@@ -23,6 +23,12 @@ def alembic_head() -> str | None:
     return heads[0] if len(heads) == 1 else None
 
 
+def patch_nbgrader() -> None:
+    """Both of the changes below to how nbgrader opens a gradebook, in this process."""
+    stamp_in_process()
+    create_all_when_missing()
+
+
 def stamp_in_process() -> None:
     """Make ``nbgrader.api`` stamp new gradebooks with ``alembic_head``, not ``alembic heads``."""
     import nbgrader.api
