@@ -17,12 +17,17 @@ from hypothesis import settings
 
 from tests import servers
 
-# One CPU thread for torch in the test processes, as the lessons run (their first cell sets it
-# too): two workers share this machine's two cores, and torch's OpenMP threads spin while the
-# other worker holds a core. Lesson 10's IsoFLOP profiles took 29 to 46 s on two threads so,
-# 3.9 s on one. What another thread count rounds differently is checked by moving reference
-# values a few ulps (tests/test_portability.py), and for lesson 10's profiles on one thread and
-# on two by benchmarks/isoflop_repeat.py.
+# One CPU thread for torch in the test processes and in every process they start (kernels of
+# lecture runs and labs, lesson 07's ranks; the grader's sandbox sets its own), as the lessons
+# mostly run (their first cell sets it): two workers share this machine's two cores, and
+# torch's OpenMP threads spin while the other worker holds a core. Lesson 10's IsoFLOP profiles
+# took 29 to 46 s on two threads so, 3.9 s on one; lesson 03's lecture run, which measures its
+# matmuls on the machine's threads, 130 s beside a grading batch, 10 s alone. A thread count
+# set outside is kept. What another thread count rounds differently is checked by moving
+# reference values a few ulps (tests/test_portability.py), and for lesson 10's profiles on one
+# thread and on two by benchmarks/isoflop_repeat.py.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
