@@ -55,8 +55,6 @@ class FeedbackExporter(HTMLExporter):
         return IMG_TAG.sub(_with_alt, page), resources
 
 
-
-
 class _Remembered:
     """nbconvert's code highlighter, remembering the code it highlighted last: the lesson's
     given cells are the same on every student's page (0.3 s a page of lesson 01)."""
