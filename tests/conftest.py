@@ -30,8 +30,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
-settings.register_profile("repeatable", derandomize=True, print_blob=True)
-settings.register_profile("explore", derandomize=False, print_blob=True)
+# No per-example deadline: the suite keeps both cores busy, and an example that took 0.2 ms
+# alone took 338 ms beside a grading batch (hypothesis's 200 ms deadline then fails the test,
+# a flake that says nothing of the code). Speed is measured by benchmarks/, not here.
+settings.register_profile("repeatable", derandomize=True, print_blob=True, deadline=None)
+settings.register_profile("explore", derandomize=False, print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
