@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -377,28 +378,27 @@ def machine_behind_a_cable(name: str):
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
 
 
-def test_a_lost_machines_lock_is_ended_by_the_server_within_a_minute(tmp_path) -> None:
+LOST_MACHINE = "test_a_lost_machines_lock_is_ended_by_the_server_within_a_minute"
+
+
+def lose_a_machine(where: Path) -> dict:
     """A grader on another machine holds the lesson's lock on a shared PostgreSQL gradebook;
-    its machine is lost (the cable pulled: no FIN, no reset). Meanwhile another grader is
-    refused, told how long the holder has been silent once it has; the server ends the lost
-    session within about a minute (TCP keepalive and user timeout set on the lock's
-    connection; the system's defaults held it 2 h 11 min), and the lesson is free again."""
+    its machine is lost (the cable pulled). Another grader tries for the lock every 2 s until
+    it gets it: what it was told meanwhile (``refusals``), the seconds from the cut until it got
+    the lock (``freed``), and this side's address of the cable (``near``)."""
     from grader.course import Course
-    from grader.gradebook import lock
     from grader.gradebook.lock import Busy, lesson_lock
 
-    if os.geteuid() != 0 or shutil.which("ip") is None or servers.postgres_bin() is None:
-        pytest.skip("needs root, iproute2 and PostgreSQL (a network namespace, a server)")
     with machine_behind_a_cable("lost") as (near, there, cut):
         server = servers.start_postgres(also_on=near)
         try:
             url = servers.create_database(server.url, "lost")
             far_url = url.replace("127.0.0.1", near)
             holder = subprocess.Popen([*there, sys.executable, "-c", HOLD,
-                                       str(tmp_path / "machine-a"), far_url, LESSON.name],
+                                       str(where / "machine-a"), far_url, LESSON.name],
                                       cwd=REPO, env=grader_env(), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True)
-            other = Course(tmp_path / "machine-b", log=lambda _: None, database=url)
+            other = Course(where / "machine-b", log=lambda _: None, database=url)
             try:
                 assert holder.stdout.readline().strip() == "held", holder.stderr.read()
                 cut()
@@ -418,6 +418,60 @@ def test_a_lost_machines_lock_is_ended_by_the_server_within_a_minute(tmp_path) -
                 holder.wait()
         finally:
             server.end()
+    return {"refusals": refusals, "freed": freed, "near": near}
+
+
+def play_lost_machine(where: str) -> None:
+    """``lose_a_machine`` in a process of its own; what came of it, or the error that stopped
+    it, goes to WHERE/met.json."""
+    try:
+        met = lose_a_machine(Path(where))
+    except BaseException:
+        import traceback
+
+        met = {"error": traceback.format_exc()}
+    (Path(where) / "met.json").write_text(json.dumps(met))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lost_machine(request, tmp_path_factory):
+    """The lost machine's minute, started with the module's first test in a process of its
+    own: it mostly waits on the server's keepalive, and so waits beside the module's other
+    tests rather than before them (32 s of a worker's time, when it ran alone). Started only
+    when its test is to run (not under -k another) and can run here: (process, folder)."""
+    wanted = any(item.name == LOST_MACHINE for item in request.session.items)
+    if not wanted or os.geteuid() != 0 or shutil.which("ip") is None \
+            or servers.postgres_bin() is None:
+        yield None
+        return
+    where = tmp_path_factory.mktemp("lost-machine")
+    player = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom tests.test_term_state import play_lost_machine"
+         "\nplay_lost_machine(sys.argv[1])", str(where)],
+        cwd=REPO, env=grader_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    yield player, where
+    if player.poll() is None:  # its test did not run to the end: interrupted, the process
+        player.send_signal(signal.SIGINT)  # ends its server, holder and cable on the way out
+        player.communicate(timeout=60)
+
+
+def test_a_lost_machines_lock_is_ended_by_the_server_within_a_minute(lost_machine) -> None:
+    """A grader on another machine holds the lesson's lock on a shared PostgreSQL gradebook;
+    its machine is lost (the cable pulled: no FIN, no reset). Meanwhile another grader is
+    refused, told how long the holder has been silent once it has; the server ends the lost
+    session within about a minute (TCP keepalive and user timeout set on the lock's
+    connection; the system's defaults held it 2 h 11 min), and the lesson is free again.
+    Played by ``lost_machine`` from the module's start."""
+    from grader.gradebook import lock
+
+    if lost_machine is None:
+        pytest.skip("needs root, iproute2 and PostgreSQL (a network namespace, a server)")
+    player, where = lost_machine
+    printed, _ = player.communicate(timeout=300)
+    assert (where / "met.json").exists(), printed
+    met = json.loads((where / "met.json").read_text())
+    assert "error" not in met, met.get("error")
+    refusals, freed, near = met["refusals"], met["freed"], met["near"]
     keepalive = lock.SERVER_KEEPALIVE
     # the server probes after its idle time, count probes interval apart; the holder's last
     # heartbeat may have come up to a beat before the cut
