@@ -6,10 +6,12 @@
 A course of N graded hand-ins is made without grading N notebooks: three real hand-ins are
 graded (the instructor's notebook, one with a wrong exercise, the untouched student version),
 then ``clone_class`` copies their rows in nbgrader's gradebook and the grader's ledger, and
-hard-links their files, under N student ids (distinct e-mails on a roster). Every command then
-reads what a class of N graded by the grader would hold. For each of ``report``, ``export``
-(csv, per exercise, per person), ``review`` (the list of flagged) and ``variants`` it prints
-the wall time and the SQL statements it sent (counted on SQLAlchemy's engines).
+hard-links their files, under N student ids (numbers, as an LMS's are, each with an e-mail and
+an LMS user id on a roster). Every command then reads what a class of N graded by the grader
+would hold. For each of ``report``, ``export`` (csv, per exercise, per person; Canvas's and
+Moodle's import files from the roster, the lesson's Moodle grading worksheet filled in),
+``review`` (the list of flagged) and ``variants`` it prints the wall time and the SQL
+statements it sent (counted on SQLAlchemy's engines).
 ``feedback``'s first run, which makes a page per student, is timed on a class of
 ``--feedback-sample`` students made the same way, and so is its second (nothing changed). A
 script that prints figures, not a test: tests/test_term_state.py keeps the number of
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import csv
 import io
 import os
 import shutil
@@ -110,7 +113,8 @@ def clone_class(course: Path, templates: list[str], students: list[str]) -> None
                     if table in ("student", "submitted_assignment", "ctc_grading_status"):
                         record["id" if table == "student" else "student_id"] = student
                     if table == "student":
-                        record["email"] = student
+                        record["email"] = student if "@" in student else \
+                            f"student{student}@uni.edu"
                     inserts[table].append(tuple(record[n] for n in names))
         with db:
             for table, values in inserts.items():
@@ -158,9 +162,43 @@ def quiet(function, argv: list[str]) -> int:
     return code
 
 
+def lms_files(course: Path, lesson: str, out: Path) -> dict[str, Path]:
+    """What an instructor gives the LMS exports, for every student in the course's gradebook,
+    written under ``out``: a roster (an LMS user id and an e-mail each), Canvas's assignments
+    file, and the lesson's Moodle grading worksheet (a row per student whose id is a number, as
+    Moodle's participant ids are)."""
+    db = sqlite3.connect(course / "gradebook.db")
+    try:
+        students = [row[0] for row in db.execute("SELECT id, email FROM student ORDER BY id")]
+    finally:
+        db.close()
+    files = {"roster": out / "roster.csv", "assignments": out / "assignments.csv",
+             "worksheet": out / "worksheet.csv"}
+    with files["roster"].open("w", newline="") as handle:
+        table = csv.writer(handle)
+        table.writerow(["student_id", "name", "lms_id", "email"])
+        for number, student in enumerate(students):
+            table.writerow([student, f"Student {number}", 5_000_000 + number,
+                            student if "@" in student else f"student{student}@uni.edu"])
+    files["assignments"].write_text(f"lesson,title,id,points\n{lesson},The lesson,4242,\n")
+    with files["worksheet"].open("w", newline="") as handle:
+        table = csv.writer(handle)
+        table.writerow(["Identifier", "Full name", "Email address", "Status", "Grade",
+                        "Maximum Grade", "Grade can be changed", "Last modified (submission)",
+                        "Last modified (grade)"])
+        for number, student in enumerate(students):
+            if student.isdigit():
+                table.writerow([f"Participant {student}", f"Student {number}",
+                                f"student{student}@uni.edu", "Submitted for grading", "",
+                                "100.00", "Yes", "-", "-"])
+    return files
+
+
 def commands(course: Path, lesson: str, out: Path) -> list[tuple[str, list[str]]]:
-    """The instructor's commands measured, each as a name and its arguments."""
+    """The instructor's commands measured, each as a name and its arguments (the LMS exports
+    read the files ``lms_files`` writes under ``out``)."""
     where = ["--course-dir", str(course)]
+    roster = ["--roster", str(out / "roster.csv")]
     return [
         ("report", ["report", lesson, *where]),
         ("export csv", ["export", "--csv", str(out / "grades.csv"), *where]),
@@ -168,6 +206,14 @@ def commands(course: Path, lesson: str, out: Path) -> list[tuple[str, list[str]]
                                    str(out / "exercises.csv"), *where]),
         ("export --per-person", ["export", "--per-person", "--csv",
                                  str(out / "people.csv"), *where]),
+        ("export canvas", ["export", "--format", "canvas", *roster, "--assignments",
+                           str(out / "assignments.csv"), "--csv", str(out / "canvas.csv"),
+                           *where]),
+        ("export moodle", ["export", "--format", "moodle", *roster, "--csv",
+                           str(out / "moodle.csv"), *where]),
+        ("export moodle-worksheet", ["export", "--format", "moodle-worksheet", "--roster",
+                                     str(out / "worksheet.csv"), "--lesson", lesson, "--csv",
+                                     str(out / "worksheet-filled.csv"), *where]),
         ("review (the flagged)", ["review", lesson, *where]),
         ("variants (every code)", ["variants", *where]),
     ]
@@ -177,6 +223,7 @@ def measure(course: Path, lesson: str, out: Path) -> list[tuple[str, float, int]
     """Each command's wall time and SQL statements, run in this process."""
     from grader.cli import main
 
+    lms_files(course, lesson, out)
     found = []
     for name, argv in commands(course, lesson, out):
         with counted() as statements:
@@ -191,7 +238,7 @@ def make_class(root: Path, lesson: str, students: int) -> Path:
     """A course directory under ``root`` with ``students`` graded hand-ins of ``lesson``."""
     course = root / "course"
     templates = graded_templates(course, lesson)
-    clone_class(course, templates, [f"student{n:05d}@uni.edu" for n in range(students)])
+    clone_class(course, templates, [str(1_000_000 + n) for n in range(students)])
     return course
 
 

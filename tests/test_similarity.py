@@ -291,3 +291,41 @@ def test_bad_options_are_refused(course) -> None:
     for args in (("--threshold", "0"), ("--threshold", "1.5"), ("--min-shared", "0")):
         done = command("similarity", LESSON.name, "--course-dir", course, *args, check=False)
         assert done.returncode == 2 and "error:" in done.stderr, args
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("similarity")
+def test_a_large_class_is_fingerprinted_on_every_core_as_in_one_process(course,
+                                                                        monkeypatch) -> None:
+    """From PARALLEL_FROM hand-ins on, fingerprints are made in worker processes (spawned, one
+    a core): the same submissions, in the same order, with the same fingerprints and the same
+    fragments left out as common, as this process makes alone."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from grader.outputs import similarity
+
+    notebooks = {path.parent.parent.name: path
+                 for path in (course / "submitted").glob(f"*/{LESSON.name}/{NOTEBOOK}")}
+    starter = course / "release" / LESSON.name / NOTEBOOK
+    alone = similarity.load(notebooks, starter, 2)
+    pools = []
+
+    class Counted(ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs) -> None:
+            pools.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(similarity, "ProcessPoolExecutor", Counted)
+    monkeypatch.setattr(similarity, "PARALLEL_FROM", 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    shared = similarity.load(notebooks, starter, 2)
+    assert pools == [(2,)]
+    assert len(alone[0]) == len(notebooks) == 6
+    assert [(s.student_id, s.sha256) for s in shared[0]] == \
+        [(s.student_id, s.sha256) for s in alone[0]]
+    for one, other in zip(shared[0], alone[0], strict=True):
+        assert {n: e.where for n, e in one.exercises.items()} == \
+            {n: e.where for n, e in other.exercises.items()}
+        assert all(e.code == other.exercises[n].code for n, e in one.exercises.items())
+    assert shared[1] == alone[1] and shared[2] == alone[2]

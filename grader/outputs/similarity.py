@@ -44,8 +44,11 @@ import csv
 import hashlib
 import html
 import itertools
+import multiprocessing
+import os
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +68,10 @@ DEFAULT_MIN_SHARED = 20
 DEFAULT_IGNORE_COMMON = 10
 MAX_CELL_CHARS = 200_000  # a longer answer cell is cut: the report is a hint, not an archive
 MAX_HTML_PAIRS = 200
+# A class this large is fingerprinted on every core this process may use (at most
+# MAX_WORKERS): a worker's start (its imports) costs what some 40 hand-ins do.
+PARALLEL_FROM = 400
+MAX_WORKERS = 8
 _BASE = np.uint64(1_000_003)
 
 
@@ -169,12 +176,16 @@ def load(notebooks: dict[str, Path], starter: Path, ignore_common: int,
     dropped as common per exercise, and the starter notebook's SHA-256."""
     starter_code = answer_cells(starter)
     removed = {name: set(fingerprint(code).where) for name, code in starter_code.items()}
-    submissions = []
-    for student, path in sorted(notebooks.items()):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        exercises = {name: fingerprint(code, removed.get(name, set()))
-                     for name, code in answer_cells(path).items() if name in starter_code}
-        submissions.append(Submission(student, digest, exercises))
+    handins = sorted(notebooks.items())
+    workers = min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+    if len(handins) < PARALLEL_FROM or workers < 2:
+        submissions = [fingerprinted(student, path, removed) for student, path in handins]
+    else:  # 25 ms of a core a submission, nearly all of it pygments' lexer
+        context = multiprocessing.get_context("spawn")  # no fork of a process with threads
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            submissions = list(pool.map(fingerprinted, *zip(*handins, strict=True),
+                                        itertools.repeat(removed),
+                                        chunksize=max(1, len(handins) // (workers * 8))))
     common: dict[str, set[int]] = defaultdict(set)
     if ignore_common > 0:
         seen: Counter = Counter((name, value) for s in submissions
@@ -187,6 +198,15 @@ def load(notebooks: dict[str, Path], starter: Path, ignore_common: int,
                 for value in common.get(name, ()):
                     exercise.where.pop(value, None)
     return submissions, dict(common), hashlib.sha256(starter.read_bytes()).hexdigest()
+
+
+def fingerprinted(student: str, path: Path, removed: dict[str, set[int]]) -> Submission:
+    """One hand-in's answer to each exercise of the starter notebook (those of ``removed``),
+    fingerprinted without the starter code's fingerprints."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    exercises = {name: fingerprint(code, removed[name])
+                 for name, code in answer_cells(path).items() if name in removed}
+    return Submission(student, digest, exercises)
 
 
 def compare(submissions: list[Submission], order: list[str]) -> list[Pair]:
