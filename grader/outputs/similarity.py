@@ -208,7 +208,9 @@ def fingerprint_workers(submissions: int) -> int:
     PARALLEL_FROM, else one a core this process may use, at most MAX_WORKERS."""
     if submissions < PARALLEL_FROM:
         return 1
-    return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1  # (macOS has no affinity)
+    return min(cores, MAX_WORKERS)
 
 
 def fingerprinted(student: str, path: Path, removed: dict[str, set[int]]) -> Submission:
