@@ -168,8 +168,9 @@ def lms_files(course: Path, lesson: str, out: Path) -> dict[str, Path]:
     file, and the lesson's Moodle grading worksheet (a row per student whose id is a number, as
     Moodle's participant ids are)."""
     db = sqlite3.connect(course / "gradebook.db")
-    try:
-        students = [row[0] for row in db.execute("SELECT id, email FROM student ORDER BY id")]
+    try:  # the e-mails clone_class gave; the templates' own, which have none, made up alike
+        students = [(student, email or f"student{student}@uni.edu") for student, email
+                    in db.execute("SELECT id, email FROM student ORDER BY id")]
     finally:
         db.close()
     files = {"roster": out / "roster.csv", "assignments": out / "assignments.csv",
@@ -177,20 +178,18 @@ def lms_files(course: Path, lesson: str, out: Path) -> dict[str, Path]:
     with files["roster"].open("w", newline="") as handle:
         table = csv.writer(handle)
         table.writerow(["student_id", "name", "lms_id", "email"])
-        for number, student in enumerate(students):
-            table.writerow([student, f"Student {number}", 5_000_000 + number,
-                            student if "@" in student else f"student{student}@uni.edu"])
+        for number, (student, email) in enumerate(students):
+            table.writerow([student, f"Student {number}", 5_000_000 + number, email])
     files["assignments"].write_text(f"lesson,title,id,points\n{lesson},The lesson,4242,\n")
     with files["worksheet"].open("w", newline="") as handle:
         table = csv.writer(handle)
         table.writerow(["Identifier", "Full name", "Email address", "Status", "Grade",
                         "Maximum Grade", "Grade can be changed", "Last modified (submission)",
                         "Last modified (grade)"])
-        for number, student in enumerate(students):
+        for number, (student, email) in enumerate(students):
             if student.isdigit():
-                table.writerow([f"Participant {student}", f"Student {number}",
-                                f"student{student}@uni.edu", "Submitted for grading", "",
-                                "100.00", "Yes", "-", "-"])
+                table.writerow([f"Participant {student}", f"Student {number}", email,
+                                "Submitted for grading", "", "100.00", "Yes", "-", "-"])
     return files
 
 
