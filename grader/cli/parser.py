@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from grader.common.machine import usable_cores
 from grader.grading.limits import Limits
 from grader.intake.handins import LAYOUTS
 
 
 def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-               else (os.cpu_count() or 1))
+    return usable_cores()
 
 USAGE = """\
 python -m grader sync [--check] [LESSON ...]      notebooks <- solutions/, grader/content/cases/,

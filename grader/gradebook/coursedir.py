@@ -29,8 +29,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from grader.content.variants import KEY_FILE as KEY_NAME
 from grader.content.variants import variants_of
 from grader.gradebook import deadlines as deadlines_mod
 from grader.gradebook import ledger
+from grader.gradebook.schema import EXCLUDE_FILE
 
 DEFAULT_COURSE_DIR = REPO / ".course"
 STATUS_FILE = "grading_status.json"
@@ -53,7 +55,7 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "outputs" / "templates"
 # grader/__init__.py), stamping a new gradebook without a second Python
 # (grader/gradebook/schema.py).
 NBGRADER = ("import runpy, sys, grader.gradebook.schema as schema; schema.patch_nbgrader(); "
-            "sys.argv[0] = 'nbgrader'; "
+            "sys.argv[0] = 'nbgrader'; sys.argv += schema.excluded(); "
             "runpy.run_module('nbgrader', run_name='__main__', alter_sys=True)")
 
 CONFIG_TEMPLATE = """\
@@ -63,7 +65,7 @@ c.CourseDirectory.root = {root!r}
 c.CourseDirectory.course_id = {course_id!r}
 c.CourseDirectory.db_url = {db_url!r}
 c.GenerateFeedback.preprocessors = [
-    "nbgrader.preprocessors.GetGrades",
+    "grader.outputs.exporter.GetGradesAtOnce",
     "grader.outputs.preprocessors.ShowReview",
     "grader.outputs.preprocessors.ShowLate",
     "grader.outputs.preprocessors.NameExercises",
@@ -75,7 +77,7 @@ c.ShowLate.deadlines_file = {deadlines!r}
 c.NameExercises.source_root = {source!r}
 # The course's feedback template, for feedback pages alone: formgrader renders its grading
 # pages with nbgrader's HTMLExporter, which must keep its own template ("formgrade").
-c.GenerateFeedback.exporter_class = "grader.outputs.preprocessors.FeedbackExporter"
+c.GenerateFeedback.exporter_class = "grader.outputs.exporter.FeedbackExporter"
 c.FeedbackExporter.template_name = "ctc_feedback"  # nbgrader's feedback, a few blocks changed
 c.FeedbackExporter.template_file = "ctc.html.j2"
 c.FeedbackExporter.extra_template_basedirs = [{templates!r}, {nbgrader_templates!r}]
@@ -141,14 +143,11 @@ class CourseDir:
                               "(what only reads works here: export --csv FILE elsewhere, "
                               "review LESSON [STUDENT], variants, report LESSON --out DIR)")
 
-    def nbgrader(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run one nbgrader command in the course directory, output captured."""
-        env = dict(os.environ)
-        # nbgrader's first gradebook creation runs `alembic`, which lives beside this python.
-        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        return subprocess.run([sys.executable, "-c", NBGRADER, *args], cwd=self.root, env=env,
-                              capture_output=True, text=True, check=False)
+    def nbgrader(self, *args: str,
+                 exclude: Iterable[str] = ()) -> subprocess.CompletedProcess[str]:
+        """Run one nbgrader command in the course directory, output captured; the students of
+        ``exclude`` left out."""
+        return run_nbgrader(self.root, args, exclude)
 
     def gradebook(self):
         from nbgrader.api import Gradebook
@@ -341,3 +340,20 @@ def write_codes(course: CourseDir, codes: list[tuple[str, str]], path: Path) -> 
             writer.writerow([student_cell(student), display(person.get("name") or ""),
                              display(email), code])
     course.log(f"wrote {len(codes)} code(s) to {path}: course_id, name, email, code")
+
+
+def run_nbgrader(root: Path, args: Iterable[str],
+                 exclude: Iterable[str] = ()) -> subprocess.CompletedProcess[str]:
+    """One nbgrader command run in ``root``, output captured, the students of ``exclude`` left
+    out (nbgrader's ``CourseDirectory.student_id_exclude``, passed in a file: thousands of ids
+    are longer than one argument may be)."""
+    env = dict(os.environ)
+    # nbgrader's first gradebook creation runs `alembic`, which lives beside this python.
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    with tempfile.TemporaryDirectory(prefix="ctc-nbgrader-") as folder:
+        if exclude:
+            env[EXCLUDE_FILE] = os.path.join(folder, "exclude")
+            Path(env[EXCLUDE_FILE]).write_text(",".join(sorted(exclude)))
+        return subprocess.run([sys.executable, "-c", NBGRADER, *args], cwd=root, env=env,
+                              capture_output=True, text=True, check=False)

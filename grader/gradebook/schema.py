@@ -11,6 +11,11 @@ scripts do not name exactly one head (a future nbgrader), nbgrader's own way is 
 from __future__ import annotations
 
 import functools
+import os
+
+# The environment variable that names a file of student ids, comma-separated, that the
+# nbgrader command run by grader/gradebook/coursedir.py leaves out (``excluded``).
+EXCLUDE_FILE = "CTC_NBGRADER_EXCLUDE"
 
 
 @functools.cache
@@ -102,3 +107,14 @@ def add_indexes(engine) -> None:
     except DBAPIError:
         return
     _indexed.add(url)
+
+
+def excluded() -> list[str]:
+    """nbgrader's argument that leaves out the students named in the file of EXCLUDE_FILE,
+    or none. Given in this process, the list has no length limit; on a command line, one
+    argument may hold 128 KiB."""
+    path = os.environ.get(EXCLUDE_FILE)
+    if not path:
+        return []
+    with open(path, encoding="utf-8") as handle:
+        return [f"--CourseDirectory.student_id_exclude={handle.read()}"]

@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from grader.common.errors import CourseError
 from grader.common.files import remove_tree, write_text, written
+from grader.common.machine import usable_cores
 from grader.common.text import inert, tail
 from grader.content.lessons import Lesson
 from grader.gradebook.digest import grade_digests
@@ -37,10 +39,10 @@ EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.]*(?:Error|Exc
                             r"(?::.*)?)$")
 
 
-# The longest list of students whose pages are current that nbgrader is told to leave out, as
-# one command-line argument (Linux takes 128 KiB): with more, every page is made again.
-EXCLUDE_CHARS = 100_000
 FEW = 4  # pages to make, with others kept, that are made one nbgrader run each
+# Pages are made by one nbgrader process per core, each making at least this many: a process's
+# start (its imports, the lesson's template) costs what some 60 pages of lesson 01 do.
+PAGES_A_PROCESS = 60
 
 
 def write_pages(course, lesson: Lesson, zips: bool = False, remake: bool = False) -> Path:
@@ -55,17 +57,13 @@ def write_pages(course, lesson: Lesson, zips: bool = False, remake: bool = False
     kept = set() if remake else {
         s for s, digest in made_from.items()
         if digest and made_from_page(course, lesson, s) == digest}
-    if sum(len(s) + 1 for s in kept) > EXCLUDE_CHARS:
-        kept = set()
     having = {p.parent.parent.name for p in folder.glob(f"*/{lesson.name}/*.html")}
     withdrawn = withdraw(course, lesson, None if not kept else having - kept)
-    # a few pages: nbgrader once for each (below); more: once, leaving the kept ones out
-    few = bool(kept) and len(set(made_from) - kept) <= FEW
-    done = None if few else course.nbgrader(
-        "generate_feedback", lesson.name, "--force",
-        *([f"--CourseDirectory.student_id_exclude={','.join(sorted(kept))}"] if kept else []))
     graded = _graded(course, lesson)
     to_make = [s for s in graded if s not in kept]
+    # a few pages: nbgrader once for each (below); more: in shares, leaving the kept ones out
+    few = bool(kept) and len(set(made_from) - kept) <= FEW
+    done = None if few else generate(course, lesson, graded, to_make)
     missing = [s for s in to_make if not page_of(course, lesson, s).exists()]
     nothing_made = bool(to_make) and len(missing) == len(to_make)
     failed: dict[str, str] = {}
@@ -78,7 +76,7 @@ def write_pages(course, lesson: Lesson, zips: bool = False, remake: bool = False
             # no page at all, and none of the first few alone: the same error for everyone
             raise CourseError(f"nbgrader generate_feedback {lesson.name} made no page; the "
                               f"first error: {failed[missing[0]]}\n"
-                              + inert(tail(done.stderr + done.stdout if done else ""), 3000))
+                              + inert(tail(done or ""), 3000))
     for student in to_make:
         if student not in failed and page_of(course, lesson, student).exists():
             write_text(page_of(course, lesson, student).with_name(MADE_FROM),
@@ -103,6 +101,25 @@ def write_pages(course, lesson: Lesson, zips: bool = False, remake: bool = False
     if zips:
         for_lms(course, lesson, current_pages(course, lesson))
     return folder
+
+
+def generate(course, lesson: Lesson, graded: list[str], to_make: list[str]) -> str:
+    """nbgrader's ``generate_feedback`` of ``lesson`` for the students of ``to_make``, the
+    others of ``graded`` left out: in one process for each core this one may use (at most one
+    for every PAGES_A_PROCESS pages), each making its share. Returns what they logged."""
+    processes = max(1, min(usable_cores(), len(to_make) // PAGES_A_PROCESS))
+    shares = [to_make[start::processes] for start in range(processes)]
+    others = set(graded)
+
+    def make(share: list[str]) -> str:
+        done = course.nbgrader("generate_feedback", lesson.name, "--force",
+                               exclude=others - set(share))
+        return done.stderr + done.stdout
+
+    if processes > 1:
+        course.log(f"making {len(to_make)} feedback pages in {processes} processes at once")
+    with ThreadPoolExecutor(processes) as pool:  # each thread waits on its nbgrader process
+        return "".join(pool.map(make, shares))
 
 
 def page_of(course, lesson: Lesson, student: str) -> Path:

@@ -1,5 +1,5 @@
-"""What the course adds to nbgrader's feedback pipeline: the exporter that writes the page with
-the course's template, and preprocessors that each change one thing on it."""
+"""What the course adds to nbgrader's feedback pipeline: preprocessors that each change one
+thing on the page (the exporter that writes it, and the grades it reads: exporter.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from functools import cache, lru_cache
 from pathlib import Path
 
 import nh3
-from nbconvert.exporters import HTMLExporter
-from nbconvert.exporters import html as nbconvert_html
-from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import Preprocessor
 from nbformat import NotebookNode
@@ -19,85 +16,6 @@ from traitlets import Bool, Unicode
 
 from grader.common.text import displayable
 from grader.content.lessons import BEGIN_HIDDEN, END_HIDDEN
-
-
-class FeedbackExporter(HTMLExporter):
-    """nbgrader's ``GenerateFeedback`` exporter, under a name of its own so that the course's
-    template is configured for the feedback page alone (``FeedbackExporter.template_name`` in
-    the course's nbgrader_config.py). Configured as ``HTMLExporter.template_name``, it was
-    loaded by formgrader too, whose grading page then failed with HTTP 500.
-
-    HTMLExporter's last pass is left out: it parses the whole page with BeautifulSoup to give
-    an image without alt text nbconvert's default one and JupyterLab's cells a tabindex. On
-    these pages (nbgrader's classic template, which has no JupyterLab cells; formulas as
-    MathML; highlighted code) that pass was 70% of a page's time (nbconvert 7.17). The alt
-    text is added here, on the page as written. Code is highlighted by nbconvert's own filter,
-    remembering what it did for the cells every page shares."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._highlighters: dict[str | None, _Remembered] = {}  # by pygments lexer
-
-    def from_notebook_node(self, nb: NotebookNode, resources: dict | None = None, **kw):
-        language = nb.metadata.get("language_info")
-        language = language if isinstance(language, dict) else {}
-        lexer = language.get("pygments_lexer", language.get("name", None))
-        lexer = lexer if isinstance(lexer, str) else None
-        if lexer not in self._highlighters:
-            self._highlighters[lexer] = _Remembered(Highlight2HTML(pygments_lexer=lexer,
-                                                                   parent=self))
-        self.filters = {**self.filters, "highlight_code": self._highlighters[lexer]}
-        soup, nbconvert_html.BeautifulSoup = nbconvert_html.BeautifulSoup, _Unparsed
-        try:
-            page, resources = super().from_notebook_node(nb, resources, **kw)
-        finally:
-            nbconvert_html.BeautifulSoup = soup
-        return IMG_TAG.sub(_with_alt, page), resources
-
-
-class _Remembered:
-    """nbconvert's code highlighter, remembering the code it highlighted last: the lesson's
-    given cells are the same on every student's page (0.3 s a page of lesson 01)."""
-
-    def __init__(self, highlight: Highlight2HTML) -> None:
-        self.highlight = highlight
-        self.highlighted = lru_cache(maxsize=1024)(self._highlight)
-
-    def _highlight(self, source: str, language: str | None, magics: str | None) -> str:
-        return self.highlight(source, language, {"magics_language": magics} if magics else None)
-
-    def __call__(self, source: str, language: str | None = None, metadata=None) -> str:
-        magics = (metadata or {}).get("magics_language")
-        magics = magics if isinstance(magics, str) else None
-        if len(source) > REMEMBERED_CHARS:  # a student's own long cell: not kept
-            return self._highlight(source, language, magics)
-        return self.highlighted(source, language, magics)
-
-
-class _Unparsed(str):
-    """Stands in for BeautifulSoup in HTMLExporter's last pass: the page as it is, in which
-    nothing is selected (so nothing is changed)."""
-
-    def __new__(cls, markup: str, features: str | None = None):
-        return super().__new__(cls, markup)
-
-    def select(self, selector: str) -> list:
-        return []
-
-
-# An <img> tag of the page and its attributes. The page's tags are the template's (attribute
-# values quoted and escaped, or whole numbers) and nh3's (quoted, with < and > escaped).
-IMG_TAG = re.compile(r"<img\b[^>]*>")
-ATTRIBUTE = re.compile(r"""\s([^\s"'>/=]+)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'>]+))?""")
-NO_ALT = "No description has been provided for this image"  # nbconvert's words
-
-
-def _with_alt(tag: re.Match) -> str:
-    """The tag, with nbconvert's alt text where it has none."""
-    rest = tag.group(0)[len("<img"):]
-    if "alt" in {name.lower() for name in ATTRIBUTE.findall(rest)}:
-        return tag.group(0)
-    return f'<img alt="{NO_ALT}"{rest}'
 
 
 class RedactHiddenTests(Preprocessor):
@@ -205,12 +123,14 @@ def markdown_html(source: str, attachments: dict | None = None) -> str:
         return f"<pre>{html.escape(source)}</pre>"
 
 
-# The longest cell whose page HTML is remembered: the lessons' own are under 6,000 characters,
-# and 1,024 of these at most are kept.
-REMEMBERED_CHARS = 16_384
+# The longest cell whose page HTML is remembered, and how many are kept: the lessons' own cells
+# are under 32,000 characters (lesson 01's checks, 23,640, the longest), and a page of lesson 01
+# has some 50 (a class's own cells come and go; the lesson's stay, used on every page).
+REMEMBERED_CHARS = 65_536
+REMEMBERED_CELLS = 256
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=REMEMBERED_CELLS)
 def _clean_markdown(source: str) -> str:
     """A Markdown cell without attachments as its page shows it. Remembered: the lesson's own
     cells are the same on every student's page (0.1 s a page of lesson 01's formulas)."""
@@ -273,12 +193,12 @@ def _text(value: object) -> str:
 class ShowReview(Preprocessor):
     """Show the instructor's review decisions (grader/gradebook/review.py) on the feedback page.
 
-    Runs after nbgrader's GetGrades, which has read each exercise's score from the gradebook
-    (a score set in review is there, as nbgrader's manual score). A lesson score set in review
-    replaces the page's total. The decisions in force that carry a note are listed in a block
-    at the top of the page, and an exercise's under its test cell. The instructor's words are
-    escaped here, and the block is cleaned again by SanitizeUntrusted, which runs after this:
-    a note is shown as text, never as markup."""
+    Runs after GetGradesAtOnce (nbgrader's GetGrades), which has read each exercise's score
+    from the gradebook (a score set in review is there, as nbgrader's manual score). A lesson
+    score set in review replaces the page's total. The decisions in force that carry a note
+    are listed in a block at the top of the page, and an exercise's under its test cell. The
+    instructor's words are escaped here, and the block is cleaned again by SanitizeUntrusted,
+    which runs after this: a note is shown as text, never as markup."""
 
     enabled = Bool(True)
 

@@ -100,7 +100,7 @@ def release_feedback(course, lesson: Lesson, exchange: Exchange) -> int:
     if released:
         exclude = [p.name for p in feedback.iterdir() if p.name not in set(released)]
         done = course.nbgrader("release_feedback", lesson.name, *exchange.options(),
-                               f"--CourseDirectory.student_id_exclude={','.join(exclude)}")
+                               exclude=exclude)
         if done.returncode != 0:
             raise CourseError(f"nbgrader release_feedback {lesson.name} failed:\n"
                               + inert(tail(done.stderr + done.stdout), 3000))

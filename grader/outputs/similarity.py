@@ -47,7 +47,6 @@ import hashlib
 import html
 import itertools
 import multiprocessing
-import os
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -59,6 +58,7 @@ import numpy as np
 
 from grader.common import files
 from grader.common.errors import CourseError
+from grader.common.machine import usable_cores
 from grader.common.text import display, inert
 from grader.content.lessons import Lesson
 
@@ -208,9 +208,7 @@ def fingerprint_workers(submissions: int) -> int:
     PARALLEL_FROM, else one a core this process may use, at most MAX_WORKERS."""
     if submissions < PARALLEL_FROM:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else os.cpu_count() or 1  # (macOS has no affinity)
-    return min(cores, MAX_WORKERS)
+    return min(usable_cores(), MAX_WORKERS)
 
 
 def fingerprinted(student: str, path: Path, removed: dict[str, set[int]]) -> Submission:
