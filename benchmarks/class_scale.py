@@ -10,8 +10,9 @@ hard-links their files, under N student ids (numbers, as an LMS's are, each with
 an LMS user id on a roster). Every command then reads what a class of N graded by the grader
 would hold. For each of ``report``, ``export`` (csv, per exercise, per person; Canvas's and
 Moodle's import files from the roster, the lesson's Moodle grading worksheet filled in),
-``review`` (the list of flagged) and ``variants`` it prints the wall time and the SQL
-statements it sent (counted on SQLAlchemy's engines).
+``review`` (the list of flagged), ``variants`` and a student's ``progress`` (which runs
+their own copy of the lesson) it prints the wall time and the SQL statements it sent (counted
+on SQLAlchemy's engines).
 ``feedback``'s first run, which makes a page per student, is timed on a class of
 ``--feedback-sample`` students made the same way, and so is its second (nothing changed). A
 script that prints figures, not a test: tests/test_term_state.py keeps the number of
@@ -233,6 +234,42 @@ def measure(course: Path, lesson: str, out: Path) -> list[tuple[str, float, int]
     return found
 
 
+def student_workspace(course: Path, lesson: str, out: Path) -> Path:
+    """A student's workspace under ``out``: the released copy of ``lesson``, untouched, and the
+    id of the class's first student (as ``lab --student`` remembers it), for ``progress``."""
+    import json
+
+    from grader.content.lessons import load_lesson
+    from grader.lab.server import STUDENT_FILE
+
+    notebook = load_lesson(lesson).notebook.name
+    workspace = out / "workspace"
+    (workspace / lesson).mkdir(parents=True, exist_ok=True)
+    shutil.copy(course / "release" / lesson / notebook, workspace / lesson / notebook)
+    first = sqlite3.connect(course / "gradebook.db")
+    try:
+        student = first.execute("SELECT id FROM student ORDER BY id LIMIT 1").fetchone()[0]
+    finally:
+        first.close()
+    (workspace / STUDENT_FILE).write_text(json.dumps({"student": student, "code": None}))
+    return workspace
+
+
+def measure_progress(course: Path, lesson: str, out: Path) -> tuple[float, int]:
+    """``progress`` of one student of the class (their own copy of ``lesson``, run as Validate
+    runs it, with their numbers drawn with the course's key): seconds and SQL statements. What
+    it reads of the course is the key's fingerprint; the rest is the student's notebook."""
+    from grader.cli import main
+
+    workspace = student_workspace(course, lesson, out)
+    with counted() as statements:
+        start = time.perf_counter()
+        quiet(main, ["progress", lesson, "--workspace", str(workspace), "--course-dir",
+                     str(course)])
+        seconds = time.perf_counter() - start
+    return seconds, statements[0]
+
+
 def make_class(root: Path, lesson: str, students: int) -> Path:
     """A course directory under ``root`` with ``students`` graded hand-ins of ``lesson``."""
     course = root / "course"
@@ -273,6 +310,9 @@ def main() -> int:
         print(f"{'command':<28} {'seconds':>8} {'SQL statements':>15}")
         for name, seconds, statements in measure(course, args.lesson, root):
             print(f"{name:<28} {seconds:>8.2f} {statements:>15,}")
+        seconds, statements = measure_progress(course, args.lesson, root)
+        print(f"{'progress (one student)':<28} {seconds:>8.2f} {statements:>15,}  (runs their "
+              "copy of the lesson)")
         if args.feedback_sample:
             first, again = measure_feedback(root, args.lesson, args.feedback_sample)
             print(f"feedback, first run on a class of {args.feedback_sample:,}: {first:.1f} s "

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -86,22 +87,55 @@ def test_starter_fingerprints_are_removed() -> None:
 @given(st.text(alphabet="abcxyz019 +*=()\n", max_size=200),
        st.text(alphabet="abcxyz019 +*=()\n", max_size=200))
 def test_similarity_is_a_fraction_and_the_pair_is_symmetric(left: str, right: str) -> None:
-    a = Submission("a", "1", {"e": fingerprint(left)})
-    b = Submission("b", "2", {"e": fingerprint(right)})
+    a = Submission("a", "1", {"e": fingerprint(left).values})
+    b = Submission("b", "2", {"e": fingerprint(right).values})
     forward, backward = compare([a, b], ["e"]), compare([b, a], ["e"])
     assert len(forward) == len(backward) <= 1
     for one, other in zip(forward, backward, strict=True):
         assert 0 < one.similarity_a <= 1 and 0 < one.similarity_b <= 1
         assert (one.similarity_a, one.similarity_b) == (other.similarity_b, other.similarity_a)
-        assert one.shared == len(a.exercises["e"].fingerprints & b.exercises["e"].fingerprints)
+        assert one.shared == len(fingerprint(left).fingerprints & fingerprint(right).fingerprints)
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(["e", "f"]),
+                                st.sets(st.integers(0, 12), max_size=8)), min_size=2,
+                max_size=7),
+       st.floats(0, 1), st.integers(1, 4), st.integers(1, 5))
+def test_every_pair_is_counted_as_its_fingerprints_say(answers, threshold, min_shared,
+                                                        at_once) -> None:
+    """compare's pairs against sets intersected pair by pair, whatever the number of pairs
+    counted at once (PAIRS_AT_ONCE, some millions in a real class, merged in turn)."""
+    from grader.outputs import similarity
+
+    submissions = [Submission(str(i), str(i), {name: np.array(sorted(values), dtype=np.int64)
+                                               for name, values in answer.items()})
+                   for i, answer in enumerate(answers)]
+    expected = set()
+    for i, a in enumerate(submissions):
+        for b in submissions[i + 1:]:
+            both = {n: set(a.exercises[n].tolist()) & set(b.exercises[n].tolist())
+                    for n in a.exercises if n in b.exercises}
+            shared = sum(len(v) for v in both.values())
+            to_a, to_b = shared / max(a.size, 1), shared / max(b.size, 1)
+            if shared >= min_shared and max(to_a, to_b) >= threshold:
+                expected.add((a.student_id, b.student_id, shared, to_a, to_b,
+                              tuple(n for n in ("e", "f") if both.get(n))))
+    default = similarity.PAIRS_AT_ONCE
+    try:
+        similarity.PAIRS_AT_ONCE = at_once
+        found = compare(submissions, ["e", "f"], threshold, min_shared)
+    finally:
+        similarity.PAIRS_AT_ONCE = default
+    assert {(p.a, p.b, p.shared, p.similarity_a, p.similarity_b, tuple(p.exercises))
+            for p in found} == expected and len(found) == len(expected)
 
 
 def test_exercises_are_compared_only_with_the_same_exercise() -> None:
     code = fingerprint(ENCODE)
-    a = Submission("a", "1", {"encode": code})
-    b = Submission("b", "2", {"decode": fingerprint(ENCODE)})
+    a = Submission("a", "1", {"encode": code.values})
+    b = Submission("b", "2", {"decode": fingerprint(ENCODE).values})
     assert compare([a, b], ["encode", "decode"]) == []
-    c = Submission("c", "3", {"encode": fingerprint(ENCODE)})
+    c = Submission("c", "3", {"encode": fingerprint(ENCODE).values})
     [pair] = compare([a, c], ["encode"])
     assert (pair.similarity_a, pair.similarity_b, pair.exercises) == (1.0, 1.0, ["encode"])
     assert flagged_pairs([pair], 0.8, len(code.fingerprints) + 1) == []  # too little shared
@@ -325,7 +359,6 @@ def test_a_large_class_is_fingerprinted_on_every_core_as_in_one_process(course,
     assert [(s.student_id, s.sha256) for s in shared[0]] == \
         [(s.student_id, s.sha256) for s in alone[0]]
     for one, other in zip(shared[0], alone[0], strict=True):
-        assert {n: e.where for n, e in one.exercises.items()} == \
-            {n: e.where for n, e in other.exercises.items()}
-        assert all(e.code == other.exercises[n].code for n, e in one.exercises.items())
+        assert {n: v.tolist() for n, v in one.exercises.items()} == \
+            {n: v.tolist() for n, v in other.exercises.items()}
     assert shared[1] == alone[1] and shared[2] == alone[2]

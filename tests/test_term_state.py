@@ -537,7 +537,8 @@ def test_a_page_is_current_while_its_grades_are_whatever_the_clocks_say(graded,
               f"{WRONG}=1", "--note", "rounding only", "--course-dir", str(course)]
     during = ["sh", "-c", f"cp {page} {tmp_path}/page && {shlex.join(review)} >/dev/null && "
                           f"cp {tmp_path}/page {page}"]
-    done = wrapped_grader("grader.outputs.feedback:_graded", 1, f"run:{json.dumps(during)}",
+    # (feedback lists the graded twice: to share them out, then, the pages made, to record them)
+    done = wrapped_grader("grader.outputs.feedback:_graded", 2, f"run:{json.dumps(during)}",
                           "feedback", LESSON.name, "--zip", "--course-dir", course)
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("withdrew 1 feedback"))
@@ -829,18 +830,29 @@ def test_a_gradebook_opened_again_asks_once_for_its_tables_and_still_makes_a_mis
 
 def test_the_instructors_commands_send_as_many_queries_for_2000_as_for_20(graded,
                                                                           tmp_path) -> None:
-    """``report``, ``export`` (each table, each LMS's file), ``review`` and ``variants`` read a
-    class in a fixed number of SQL statements: the course graded once, its four grades copied
+    """``report``, ``export`` (each table, each LMS's file), ``review``, ``variants`` and what
+    a student's ``progress`` reads of the course read a class in a fixed number of SQL
+    statements: the course graded once, its four grades copied
     to 20 students and then to 2,000 (benchmarks/class_scale.py: the same at 10,000, and the
     seconds), each command's statements counted. nbgrader's per-submission score and student
     were two queries a student (15 s at 2,000 hand-ins, minutes at 10,000)."""
-    from benchmarks.class_scale import clone_class, counted, measure
+    from benchmarks.class_scale import clone_class, counted, measure, student_workspace
+    from grader.course import Course
+    from grader.lab.server import workspace_variants
+
+    def own_numbers() -> int:  # what a student's `progress` reads of the course
+        with counted() as statements:
+            assert workspace_variants(Course(course, log=lambda _: None), workspace)
+        return statements[0]
 
     course = copy_of(graded, tmp_path / "course")
     clone_class(course, ["s1", "s2", "s3", "s4"], [str(100_000 + n) for n in range(20)])
     small = measure(course, LESSON.name, tmp_path)
+    workspace = student_workspace(course, LESSON.name, tmp_path)
+    few_for_progress = own_numbers()
     clone_class(course, ["s1", "s2", "s3", "s4"], [str(200_000 + n) for n in range(1980)])
     large = measure(course, LESSON.name, tmp_path)
+    assert 0 < own_numbers() <= few_for_progress
     assert [name for name, _, _ in small] == [name for name, _, _ in large]
     for (name, _, few), (_, _, many) in zip(small, large, strict=True):
         assert many <= few, (name, few, many)  # the first run also makes what is made once

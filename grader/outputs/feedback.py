@@ -59,11 +59,13 @@ def write_pages(course, lesson: Lesson, zips: bool = False, remake: bool = False
         if digest and made_from_page(course, lesson, s) == digest}
     having = {p.parent.parent.name for p in folder.glob(f"*/{lesson.name}/*.html")}
     withdrawn = withdraw(course, lesson, None if not kept else having - kept)
-    graded = _graded(course, lesson)
-    to_make = [s for s in graded if s not in kept]
     # a few pages: nbgrader once for each (below); more: in shares, leaving the kept ones out
     few = bool(kept) and len(set(made_from) - kept) <= FEW
-    done = None if few else generate(course, lesson, graded, to_make)
+    graded = _graded(course, lesson)
+    done = None if few else generate(course, lesson, graded,
+                                     [s for s in graded if s not in kept])
+    graded = _graded(course, lesson)  # again: a page made meanwhile is recorded, or said missing
+    to_make = [s for s in graded if s not in kept]
     missing = [s for s in to_make if not page_of(course, lesson, s).exists()]
     nothing_made = bool(to_make) and len(missing) == len(to_make)
     failed: dict[str, str] = {}

@@ -42,13 +42,14 @@ done on every core. ``benchmarks/similarity_class.py`` measured 300 submissions 
 
 from __future__ import annotations
 
-import csv
+import array
 import hashlib
 import html
 import itertools
 import multiprocessing
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +57,11 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
-from grader.common import files
 from grader.common.errors import CourseError
 from grader.common.machine import usable_cores
-from grader.common.text import display, inert
+from grader.common.text import inert
 from grader.content.lessons import Lesson
+from grader.outputs.similarity_page import MAX_HTML_PAIRS, Pair, write_csv, write_html
 
 K = 25  # characters of normalised code in a k-gram (copydetect's noise threshold default)
 GUARANTEE = 30  # a shared run this long always yields a shared fingerprint (copydetect's)
@@ -69,7 +70,7 @@ DEFAULT_THRESHOLD = 0.8
 DEFAULT_MIN_SHARED = 20
 DEFAULT_IGNORE_COMMON = 10
 MAX_CELL_CHARS = 200_000  # a longer answer cell is cut: the report is a hint, not an archive
-MAX_HTML_PAIRS = 200
+PAIRS_AT_ONCE = 1 << 22  # pairs found that are counted at once (32 MiB of them)
 # A class this large is fingerprinted on every core this process may use (at most
 # MAX_WORKERS): a worker's start (its imports) costs what some 40 hand-ins do.
 PARALLEL_FROM = 400
@@ -89,30 +90,25 @@ class Exercise:
     def fingerprints(self) -> set[int]:
         return set(self.where)
 
+    @property
+    def values(self) -> np.ndarray:
+        """The fingerprints, sorted, as compared (8 bytes each, where ``where`` takes some
+        200: a class of 10,000 kept as ``Exercise``s held gigabytes)."""
+        return np.array(sorted(self.where), dtype=np.int64)
+
 
 @dataclass
 class Submission:
+    """One hand-in, as compared: each exercise's fingerprints (``Exercise.values``). The code
+    and where each fingerprint starts are read again for the pairs a page shows."""
+
     student_id: str
     sha256: str
-    exercises: dict[str, Exercise]
+    exercises: dict[str, np.ndarray]
 
     @property
     def size(self) -> int:
-        return sum(len(e.where) for e in self.exercises.values())
-
-
-@dataclass
-class Pair:
-    a: str
-    b: str
-    shared: int  # fingerprints both hold, summed over exercises
-    similarity_a: float  # shared / a's fingerprints
-    similarity_b: float
-    exercises: list[str]  # the exercises that share fingerprints, in the lesson's order
-
-    @property
-    def score(self) -> float:
-        return max(self.similarity_a, self.similarity_b)
+        return sum(len(v) for v in self.exercises.values())
 
 
 def kgram_hashes(text: str, k: int = K) -> np.ndarray:
@@ -176,8 +172,7 @@ def load(notebooks: dict[str, Path], starter: Path, ignore_common: int,
     shown); drop the starter code's fingerprints and those found in more than
     ``ignore_common`` submissions (0: none dropped). Returns the submissions, the fingerprints
     dropped as common per exercise, and the starter notebook's SHA-256."""
-    starter_code = answer_cells(starter)
-    removed = {name: set(fingerprint(code).where) for name, code in starter_code.items()}
+    removed = starter_fingerprints(starter)
     handins = sorted(notebooks.items())
     workers = fingerprint_workers(len(handins))
     if workers < 2:
@@ -188,19 +183,25 @@ def load(notebooks: dict[str, Path], starter: Path, ignore_common: int,
             submissions = list(pool.map(fingerprinted, *zip(*handins, strict=True),
                                         itertools.repeat(removed),
                                         chunksize=max(1, len(handins) // (workers * 8))))
-    common: dict[str, set[int]] = defaultdict(set)
+    common: dict[str, set[int]] = {}
     if ignore_common > 0:
-        seen: Counter = Counter((name, value) for s in submissions
-                                for name, e in s.exercises.items() for value in e.where)
-        for (name, value), times in seen.items():
-            if times > ignore_common:
-                common[name].add(value)
-        for submission in submissions:  # (a submission's own fingerprints are the fewer)
-            for name, exercise in submission.exercises.items():
-                if dropped := common.get(name):
-                    exercise.where = {value: starts for value, starts in exercise.where.items()
-                                      if value not in dropped}
-    return submissions, dict(common), hashlib.sha256(starter.read_bytes()).hexdigest()
+        for name in removed:
+            values, times = np.unique(np.concatenate(
+                [s.exercises[name] for s in submissions if name in s.exercises]
+                or [np.zeros(0, dtype=np.int64)]), return_counts=True)
+            dropped = values[times > ignore_common]
+            if len(dropped):
+                common[name] = set(dropped.tolist())
+                for submission in submissions:
+                    if name in submission.exercises:
+                        submission.exercises[name] = np.setdiff1d(
+                            submission.exercises[name], dropped, assume_unique=True)
+    return submissions, common, hashlib.sha256(starter.read_bytes()).hexdigest()
+
+
+def starter_fingerprints(starter: Path) -> dict[str, set[int]]:
+    """Each exercise of the starter notebook, with the fingerprints of its given code."""
+    return {name: set(fingerprint(code).where) for name, code in answer_cells(starter).items()}
 
 
 def fingerprint_workers(submissions: int) -> int:
@@ -215,32 +216,87 @@ def fingerprinted(student: str, path: Path, removed: dict[str, set[int]]) -> Sub
     """One hand-in's answer to each exercise of the starter notebook (those of ``removed``),
     fingerprinted without the starter code's fingerprints."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    exercises = {name: fingerprint(code, removed[name])
-                 for name, code in answer_cells(path).items() if name in removed}
-    return Submission(student, digest, exercises)
+    return Submission(student, digest, {name: exercise.values for name, exercise
+                                        in detail(path, removed).items()})
 
 
-def compare(submissions: list[Submission], order: list[str]) -> list[Pair]:
-    """Every pair that shares a fingerprint, with its similarities (exercise with exercise)."""
-    holders: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for index, submission in enumerate(submissions):
-        for name, exercise in submission.exercises.items():
-            for value in exercise.where:
-                holders[(name, value)].append(index)
-    shared: Counter = Counter()
-    where: dict[tuple[int, int], set[str]] = defaultdict(set)
-    for (name, _), students in holders.items():
-        for pair in itertools.combinations(students, 2):
-            shared[pair] += 1
-            where[pair].add(name)
+def detail(path: Path, removed: dict[str, set[int]]) -> dict[str, Exercise]:
+    """A hand-in's answer to each exercise of ``removed`` (exercise -> fingerprints left out:
+    the starter code's, and the common fragments), with its code, as its page shows it."""
+    return {name: fingerprint(code, removed[name])
+            for name, code in answer_cells(path).items() if name in removed}
+
+
+def compare(submissions: list[Submission], order: list[str], threshold: float = 0.0,
+            min_shared: int = 1) -> list[Pair]:
+    """The pairs that share at least ``min_shared`` fingerprints (exercise with exercise) and
+    whose larger similarity reaches ``threshold``, with their similarities: by default, every
+    pair that shares one. Each pair that shares a fingerprint is counted as one number,
+    ``i * n + j``, in one array, sorted and counted by numpy: a class of 10,000 has millions of
+    pairs that share a fragment or two, which a dict of pairs held as gigabytes (and counted
+    three times slower)."""
+    n = len(submissions)
+    found, counts = _pairs_counted(_holders(submissions), n)
+    sizes = np.array([max(s.size, 1) for s in submissions], dtype=np.float64)
+    first, second = np.divmod(found, n)
+    similarity_a, similarity_b = counts / sizes[first], counts / sizes[second]
+    keep = (counts >= min_shared) & (np.maximum(similarity_a, similarity_b) >= threshold)
     rank = {name: place for place, name in enumerate(order)}
     pairs = []
-    for (i, j), count in shared.items():
+    for i, j, count, to_a, to_b in zip(first[keep].tolist(), second[keep].tolist(),
+                                       counts[keep].tolist(), similarity_a[keep].tolist(),
+                                       similarity_b[keep].tolist(), strict=True):
         a, b = submissions[i], submissions[j]
-        pairs.append(Pair(a.student_id, b.student_id, count, count / max(a.size, 1),
-                          count / max(b.size, 1),
-                          sorted(where[(i, j)], key=lambda n: (rank.get(n, len(rank)), n))))
+        names = [name for name, values in a.exercises.items() if name in b.exercises
+                 and len(np.intersect1d(values, b.exercises[name], assume_unique=True))]
+        pairs.append(Pair(a.student_id, b.student_id, count, to_a, to_b,
+                          sorted(names, key=lambda x: (rank.get(x, len(rank)), x))))
     return pairs
+
+
+def _holders(submissions: list[Submission]) -> Iterator[list[int]]:
+    """For each fingerprint of each exercise, the submissions (indexes, ascending) that hold
+    it: sorted in numpy, not a dict of every fingerprint."""
+    names = {name: place for place, name in
+             enumerate(sorted({n for s in submissions for n in s.exercises}))}
+    keys = [values * len(names) + names[name]  # fingerprints are below 2**53
+            for s in submissions for name, values in s.exercises.items()]
+    owners = [np.full(len(values), index, dtype=np.int64)
+              for index, s in enumerate(submissions) for values in s.exercises.values()]
+    if not keys:
+        return
+    key, owner = np.concatenate(keys), np.concatenate(owners)
+    order = np.lexsort((owner, key))
+    key, owner = key[order], owner[order]
+    bounds = np.flatnonzero(np.diff(key)) + 1
+    starts, ends = np.r_[0, bounds], np.r_[bounds, len(key)]
+    several = ends - starts > 1
+    for start, end in zip(starts[several].tolist(), ends[several].tolist(), strict=True):
+        yield owner[start:end].tolist()
+
+
+def _pairs_counted(holders: Iterable[list[int]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair ``i * n + j`` of submissions that hold a fingerprint together (each list of
+    holders in ascending order), and how many they hold together: counted PAIRS_AT_ONCE at a
+    time and merged, so that memory follows the pairs found, not every time one is found."""
+    found, counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    codes = array.array("q")
+
+    def merge() -> None:
+        nonlocal found, counts, codes
+        new, times = np.unique(np.frombuffer(codes, dtype=np.int64), return_counts=True)
+        codes = array.array("q")
+        found, index = np.unique(np.concatenate([found, new]), return_inverse=True)
+        counts = np.bincount(index, weights=np.concatenate([counts, times])).astype(np.int64)
+
+    for students in holders:
+        if len(students) > 1:
+            codes.extend(i * n + j for i, j in itertools.combinations(students, 2))
+            if len(codes) >= PAIRS_AT_ONCE:
+                merge()
+    if codes:
+        merge()
+    return found, counts
 
 
 def flagged_pairs(pairs: list[Pair], threshold: float, min_shared: int) -> list[Pair]:
@@ -295,7 +351,7 @@ def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
                    f"submissions on {fingerprint_workers(len(notebooks))} core(s) (10,000 "
                    "took about 3.5 minutes on 2 cores, benchmarks/similarity_class.py)")
     submissions, common, starter_sha256 = load(notebooks, starter, ignore_common)
-    pairs = compare(submissions, order)
+    pairs = compare(submissions, order, threshold, min_shared)
     groups = identical_groups(submissions, starter_sha256)
     same = {pair for group in groups for pair in itertools.combinations(group, 2)}
     found = [p for p in flagged_pairs(pairs, threshold, min_shared)
@@ -307,11 +363,17 @@ def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
                 "ignore_common": ignore_common, "submissions": len(submissions),
                 "pairs": len(submissions) * (len(submissions) - 1) // 2,
                 "common": sum(len(v) for v in common.values()), "seconds": seconds}
-    by_student = {s.student_id: s for s in submissions}
+    left_out = {name: given | common.get(name, set())
+                for name, given in starter_fingerprints(starter).items()}
+    shown = {student: detail(notebooks[student], left_out)  # the code, for the pairs shown
+             for pair in found[:MAX_HTML_PAIRS] for student in (pair.a, pair.b)}
+    sides = [{name: (highlighted(shown[p.a][name], shown[p.b][name]),
+                     highlighted(shown[p.b][name], shown[p.a][name])) for name in p.exercises}
+             for p in found[:MAX_HTML_PAIRS]]
     names = {student: str((record.get("handin") or {}).get("name") or "")
              for student, record in course.statuses(lesson.name).get(lesson.name, {}).items()}
-    _write_csv(folder / "similarity.csv", found, groups, names)
-    _write_html(folder / "similarity.html", lesson, found, groups, by_student, settings, names)
+    write_csv(folder / "similarity.csv", found, groups, names)
+    write_html(folder / "similarity.html", lesson, found, groups, sides, settings, names)
 
     def who(student: str) -> str:
         return inert(student, 60) + (f" ({inert(names[student], 60)})"
@@ -335,23 +397,6 @@ def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
     return folder / "similarity.html"
 
 
-def _write_csv(path: Path, pairs: list[Pair], groups: list[list[str]],
-               names: dict[str, str]) -> None:
-    with files.written(path, newline="") as handle:
-        writer = csv.writer(handle, quoting=csv.QUOTE_NONNUMERIC)
-        writer.writerow(["student_a", "student_b", "similarity_a", "similarity_b",
-                         "shared_fingerprints", "identical", "exercises", "name_a", "name_b"])
-        for group in groups:
-            for a, b in itertools.combinations(group, 2):
-                writer.writerow([display(a), display(b), 1.0, 1.0, "", "yes", "",
-                                 display(names.get(a, "")), display(names.get(b, ""))])
-        for p in pairs:
-            writer.writerow([display(p.a), display(p.b), round(p.similarity_a, 3),
-                             round(p.similarity_b, 3), p.shared, "",
-                             display(" ".join(p.exercises)), display(names.get(p.a, "")),
-                             display(names.get(p.b, ""))])
-
-
 def highlighted(exercise: Exercise, other: Exercise) -> str:
     """``exercise``'s code as escaped HTML, the fragments it shares with ``other`` in
     ``<mark>`` (copydetect maps the shared fingerprints back to the original text)."""
@@ -373,65 +418,3 @@ def highlighted(exercise: Exercise, other: Exercise) -> str:
         at = end
     out.append(html.escape(code[at:]))
     return "".join(out)
-
-
-PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
-<title>{title}</title>
-<style>
-body {{ font-family: sans-serif; margin: 2em; }}
-table.pair {{ width: 100%; table-layout: fixed; border-collapse: collapse; }}
-table.pair td {{ vertical-align: top; width: 50%; border: 1px solid #ccc; padding: 0.3em; }}
-pre {{ white-space: pre-wrap; word-break: break-all; font-size: 0.85em; margin: 0; }}
-mark {{ background: #ffd27f; }}
-.hint {{ background: #eef; padding: 0.8em; border-left: 4px solid #669; }}
-</style></head><body>
-{body}
-</body></html>
-"""
-
-
-def _write_html(path: Path, lesson: Lesson, pairs: list[Pair], groups: list[list[str]],
-                by_student: dict[str, Submission], settings: dict,
-                names: dict[str, str] | None = None) -> None:
-    names = names or {}
-
-    def e(text: str) -> str:
-        return html.escape(inert(text, 1000))
-
-    def who(student: str) -> str:
-        return e(student) + (f" ({e(names[student])})" if names.get(student) else "")
-
-    parts = [f"<h1>{e(lesson.name)}: similar submissions</h1>",
-             "<p class='hint'><strong>A hint for a human, not a finding.</strong> The exercises "
-             "are short functions with few correct forms, so honest students often write the "
-             "same lines. Read the shared fragments (highlighted) side by side, and weigh them "
-             "against what else you know, before drawing any conclusion.</p>",
-             f"<p>{settings['submissions']} graded submissions, {settings['pairs']:,} pairs "
-             f"compared exercise with exercise; the released starter code and "
-             f"{settings['common']} fragment(s) found in more than {settings['ignore_common']} "
-             f"submissions were left out. Listed: pairs where the larger similarity reaches "
-             f"{settings['threshold']:.0%} with at least {settings['min_shared']} shared "
-             f"fingerprints.</p>",
-             f"<h2>Identical notebooks (same SHA-256): {len(groups)}</h2>"]
-    if groups:
-        parts.append("<ul>" + "".join(f"<li>{', '.join(who(s) for s in g)}</li>"
-                                      for g in groups) + "</ul>")
-    parts.append(f"<h2>Similar pairs: {len(pairs)}</h2>")
-    if len(pairs) > MAX_HTML_PAIRS:
-        parts.append(f"<p>The first {MAX_HTML_PAIRS} are shown; similarity.csv lists all.</p>")
-    for number, pair in enumerate(pairs[:MAX_HTML_PAIRS], 1):
-        a, b = by_student[pair.a], by_student[pair.b]
-        parts.append(f"<h3 id='pair-{number}'>{number}. {who(pair.a)} "
-                     f"({pair.similarity_a:.0%}) and {who(pair.b)} ({pair.similarity_b:.0%}): "
-                     f"{pair.shared} shared "
-                     "fingerprints</h3>")
-        for name in pair.exercises:
-            left, right = a.exercises[name], b.exercises[name]
-            parts.append(f"<h4>{e(name)}</h4><table class='pair'><tr><th>{who(pair.a)}</th>"
-                         f"<th>{who(pair.b)}</th></tr><tr><td><pre>{highlighted(left, right)}"
-                         f"</pre></td><td><pre>{highlighted(right, left)}</pre></td></tr>"
-                         "</table>")
-    files.write_text(path, PAGE.format(title=e(f"{lesson.name}: similar submissions"),
-                                       body="\n".join(parts)))
