@@ -351,6 +351,7 @@ def run_nbgrader(root: Path, args: Iterable[str],
     # nbgrader's first gradebook creation runs `alembic`, which lives beside this python.
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop(EXCLUDE_FILE, None)  # only ever this call's
     with tempfile.TemporaryDirectory(prefix="ctc-nbgrader-") as folder:
         if exclude:
             env[EXCLUDE_FILE] = os.path.join(folder, "exclude")

@@ -36,8 +36,10 @@ forbids any), like the feedback pages.
 Pairs are found through an index from each fingerprint to the submissions holding it, so the
 work grows with the pairs that share something, not with every pair. Most of the time goes to
 pygments' lexer (25 ms of a core a submission): from PARALLEL_FROM submissions on, that is
-done on every core. ``benchmarks/similarity_class.py`` measured 300 submissions in seconds,
-10,000 in 3.5 minutes on 2 cores (4.4 GB at its peak).
+done on every core. A class is kept as each exercise's sorted fingerprints (``Submission``),
+and the code is read again only for the pairs the page shows. ``benchmarks/similarity_class.py``
+measured 300 submissions in seconds, 10,000 in under 3 minutes on 2 cores (1.6 GB at its peak;
+4.4 GB when every hand-in's code and fingerprints' places were kept).
 """
 
 from __future__ import annotations
@@ -349,7 +351,7 @@ def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
     if len(notebooks) >= PARALLEL_FROM:  # minutes, not seconds: say so before they pass
         course.log(f"{lesson.name}: reading and fingerprinting {len(notebooks):,} graded "
                    f"submissions on {fingerprint_workers(len(notebooks))} core(s) (10,000 "
-                   "took about 3.5 minutes on 2 cores, benchmarks/similarity_class.py)")
+                   "took under 3 minutes on 2 cores, benchmarks/similarity_class.py)")
     submissions, common, starter_sha256 = load(notebooks, starter, ignore_common)
     pairs = compare(submissions, order, threshold, min_shared)
     groups = identical_groups(submissions, starter_sha256)
