@@ -29,9 +29,10 @@ def alembic_head() -> str | None:
 
 
 def patch_nbgrader() -> None:
-    """Both of the changes below to how nbgrader opens a gradebook, in this process."""
+    """The three changes below to how nbgrader opens a gradebook, in this process."""
     stamp_in_process()
     create_all_when_missing()
+    one_engine_a_database()
 
 
 def stamp_in_process() -> None:
@@ -75,6 +76,46 @@ def create_all_when_missing() -> None:
 
     create_all.when_missing = True  # type: ignore[attr-defined]
     metadata.create_all = create_all
+
+
+KEPT_ENGINES = 4  # databases whose engine a process keeps (a test run opens hundreds)
+
+
+def one_engine_a_database() -> None:
+    """Make every ``Gradebook`` that nbgrader opens on one database in this process share one
+    SQLAlchemy engine, so its pool of connections and its cache of compiled queries.
+
+    nbgrader's ``Gradebook`` makes an engine each time it is opened, and so a connection (on
+    PostgreSQL a server process) and every query compiled anew: a coordinator opens three a
+    hand-in (nbgrader's clean-up of the notebook twice, storing its grades once), the feedback
+    pages one a page. ``Gradebook.close`` ends its session and leaves the engine, which is
+    what makes sharing it safe. A connection is tested before each use (``pool_pre_ping``): a
+    database restarted mid-batch costs a reconnection, not an error. The last KEPT_ENGINES
+    databases keep theirs; an older one is disposed of."""
+    import threading
+    from collections import OrderedDict
+
+    import nbgrader.api
+
+    original = nbgrader.api.create_engine
+    if getattr(original, "shared", False):
+        return
+    engines: OrderedDict = OrderedDict()
+    lock = threading.Lock()
+
+    def create_engine(url, **options):
+        key = (str(url), tuple(sorted(options.items())))
+        with lock:
+            if key in engines:
+                engines.move_to_end(key)
+                return engines[key]
+            engines[key] = original(url, pool_pre_ping=True, **options)
+            if len(engines) > KEPT_ENGINES:
+                engines.popitem(last=False)[1].dispose()
+            return engines[key]
+
+    create_engine.shared = True  # type: ignore[attr-defined]
+    nbgrader.api.create_engine = create_engine
 
 
 # nbgrader's tables index their keys and unique pairs only (a grade's is cell_id, notebook_id):
