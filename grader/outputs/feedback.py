@@ -118,8 +118,9 @@ def generate(course, lesson: Lesson, graded: list[str], to_make: list[str]) -> s
                                exclude=others - set(share))
         return done.stderr + done.stdout
 
-    if processes > 1:
-        course.log(f"making {len(to_make)} feedback pages in {processes} processes at once")
+    if processes > 1:  # minutes, not seconds: say so before they pass
+        course.log(f"making {len(to_make):,} feedback pages in {processes} processes at once "
+                   "(10,000 of lesson 01 took 3.5 minutes on 2 cores)")
     with ThreadPoolExecutor(processes) as pool:  # each thread waits on its nbgrader process
         return "".join(pool.map(make, shares))
 
