@@ -157,8 +157,9 @@ class GetGradesAtOnce(GetGrades):
 def _gradebook(db_url: str):
     """nbgrader's gradebook of ``db_url``, opened once in the process that makes the pages:
     each page then uses it in a session of its own (``GetGradesAtOnce``). Opened a page at a
-    time, as nbgrader's GetGrades does, each page made a new engine, which compiled every
-    query again (a fifth of a page's time)."""
+    time, as nbgrader's GetGrades does, each page asked again for the database's tables and the
+    course's row (its engine is one a database since grader/gradebook/schema.py's
+    ``one_engine_a_database``; before, each page also compiled every query again)."""
     from nbgrader.api import Gradebook
 
     return Gradebook(db_url)
