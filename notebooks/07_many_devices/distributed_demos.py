@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -496,6 +496,8 @@ def _run_rank(rank: int, command: str, options: dict[str, Any], world_size: int,
     # Ctrl-C in a terminal reaches every process of the group: the script stops the ranks,
     # which need not each print a traceback of their own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # held by the script while it forked (_stops_held)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     torch.set_num_threads(1)
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -509,16 +511,42 @@ def _run_rank(rank: int, command: str, options: dict[str, Any], world_size: int,
         dist.destroy_process_group()
 
 
+# The signals that stop the script: Ctrl-C (KeyboardInterrupt) and SIGTERM (_exit_on_sigterm).
+STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[None]:
+    """Hold back ``STOPS`` while the ranks are forked, and take them on the way out.
+
+    A KeyboardInterrupt raised while Python runs its after-fork hooks in the parent is printed
+    and dropped ("Exception ignored in ... _releaseLock"): a Ctrl-C at that moment would be
+    lost and the demo would run on. Held, it comes once the ranks exist, where ``launch``
+    stops them. The ranks inherit the mask and release it themselves (``_run_rank``).
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no masks, and no fork either
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def _stop(processes: list[Any]) -> None:
-    """Terminate the ranks still running, killing any that do not go within 5 seconds."""
+    """Kill the ranks still running and wait for them.
+
+    SIGKILL rather than SIGTERM: a rank keeps nothing to tidy (its folder is the script's), and
+    a SIGTERM that reaches a rank just forked, before Python has set itself up again in the
+    child, is dropped with Python's pending signals (the rank then waits in its group's
+    rendezvous for a peer that never comes).
+    """
     for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5)
         if process.is_alive():
             process.kill()
-            process.join()
+    for process in processes:
+        process.join()
 
 
 def choose_backend(requested: str, world_size: int) -> str:
@@ -546,15 +574,20 @@ def launch(command: str, options: dict[str, Any], world_size: int,
         torch.multiprocessing.ProcessRaisedException: a rank raised (the others are stopped).
         torch.multiprocessing.ProcessExitedException: a rank died (the others are stopped).
     """
+    others = set(mp.active_children())
     with tempfile.TemporaryDirectory(prefix="distributed_demos_") as folder:
-        context = mp.start_processes(
-            _run_rank, args=(command, options, world_size, folder, os.getpid(), backend),
-            nprocs=world_size, join=False, start_method=start_method(backend))
         try:
+            with _stops_held():
+                context = mp.start_processes(
+                    _run_rank, args=(command, options, world_size, folder, os.getpid(), backend),
+                    nprocs=world_size, join=False, start_method=start_method(backend))
             while not context.join():
                 pass
         finally:
-            _stop(context.processes)
+            # Every rank started, read from multiprocessing's own list: a Ctrl-C while the
+            # ranks are being started leaves no context, and a rank left running would be
+            # waited for at exit (they are not daemons) until it had run its whole demo.
+            _stop([process for process in mp.active_children() if process not in others])
         return json.loads(Path(folder, "result.json").read_text())
 
 
