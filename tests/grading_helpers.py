@@ -8,16 +8,20 @@ import csv
 import fcntl
 import io
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import nbformat
+
+from tests.servers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -442,3 +446,39 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def formgrader(root: Path, home: Path) -> Iterator[tuple[str, str]]:
+    """nbgrader's formgrader: a Jupyter server with its server extension, over the course
+    directory (its nbgrader_config.py read from there, as an instructor starts it), on
+    loopback; yields the base URL and the token."""
+    port, token = free_port(), secrets.token_hex(16)
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**grader_env(), "JUPYTER_CONFIG_DIR": str(home / "config"),
+           "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_RUNTIME_DIR": str(home / "run"),
+           "HOME": str(home)}
+    argv = [sys.executable, "-m", "jupyter_server", "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+            f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
+            "--ServerApp.open_browser=False",
+            "--ServerApp.jpserver_extensions={'nbgrader.server_extensions.formgrader': True}",
+            *(["--allow-root"] if os.geteuid() == 0 else [])]
+    with (home / "server.log").open("wb") as log:
+        server = subprocess.Popen(argv, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("formgrader did not start:\n"
+                                         + (home / "server.log").read_text()[-3000:]) from None
+                time.sleep(0.3)
+        yield url, token
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -12,7 +12,6 @@ when the fixture is done, so a test that changes grades changes no other test's 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import html
 import json
@@ -23,7 +22,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -31,8 +29,7 @@ import pytest
 
 from grader.content.lessons import load_lesson
 from grader.course import Course
-from tests import servers
-from tests.grading_helpers import grader, grader_env, in_process, points, read_notebook
+from tests.grading_helpers import formgrader, grader, grader_env, in_process, points, read_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("feedback")]
 
@@ -403,42 +400,6 @@ def test_a_gradebook_name_is_neutral_and_a_plain_name_unchanged() -> None:
 
 
 # ------------------------------------------------------------------ item 15: formgrader
-
-@contextlib.contextmanager
-def formgrader(root: Path, home: Path) -> Iterator[tuple[str, str]]:
-    """nbgrader's formgrader: a Jupyter server with its server extension, over the course
-    directory (its nbgrader_config.py read from there, as an instructor starts it), on
-    loopback; yields the base URL and the token."""
-    port, token = servers.free_port(), secrets.token_hex(16)
-    home.mkdir(parents=True, exist_ok=True)
-    env = {**grader_env(), "JUPYTER_CONFIG_DIR": str(home / "config"),
-           "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_RUNTIME_DIR": str(home / "run"),
-           "HOME": str(home)}
-    argv = [sys.executable, "-m", "jupyter_server", "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-            f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
-            "--ServerApp.open_browser=False",
-            "--ServerApp.jpserver_extensions={'nbgrader.server_extensions.formgrader': True}",
-            *(["--allow-root"] if os.geteuid() == 0 else [])]
-    with (home / "server.log").open("wb") as log:
-        server = subprocess.Popen(argv, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("formgrader did not start:\n"
-                                         + (home / "server.log").read_text()[-3000:]) from None
-                time.sleep(0.3)
-        yield url, token
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
 
 def fetch(url: str) -> tuple[int, str]:
     try:

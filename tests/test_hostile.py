@@ -25,6 +25,7 @@ from grader.content.lessons import load_lesson
 from grader.grading.sandbox import bwrap_path
 from tests.grading_helpers import (
     cell,
+    formgrader,
     grader,
     grader_peak_rss,
     in_process,
@@ -830,28 +831,46 @@ def test_what_the_grader_prints_and_writes_is_inert(names_batch) -> None:
 
 
 @NAMES
-def test_feedback_pages_run_no_student_script(names_batch) -> None:
+def test_feedback_pages_and_formgrader_run_no_student_script(names_batch, tmp_path) -> None:
+    """The student's page, opened from a file, and the instructor's grading page in formgrader,
+    served by the instructor's Jupyter server: a script there could reach the server's API
+    with the instructor's session (kernels, terminals, files)."""
     import shutil as shell
+
+    from nbgrader.api import Gradebook
 
     chromium = shell.which("chromium") or shell.which("chromium-browser")
     playwright = pytest.importorskip("playwright.sync_api")
     if chromium is None:
         pytest.skip("needs Debian's chromium")
-    page_path = (names_batch["course"] / "feedback" / "xss" / LESSON.name
-                 / f"{LESSON.notebook_id}.html")
+    course = names_batch["course"]
+    page_path = course / "feedback" / "xss" / LESSON.name / f"{LESSON.notebook_id}.html"
     html = page_path.read_text()
     assert re.findall(r"<[a-zA-Z][^<>]*\son[a-z]+\s*=", html) == []  # no event handler
     assert [s for s in re.findall(r"<script[^>]*>", html) if "mathjax" not in s.lower()] == []
     assert "javascript:" not in " ".join(re.findall(r"href=[\"'][^\"']*", html))
-    with playwright.sync_playwright() as driver:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        submission = gb.find_submission_notebook(LESSON.notebook_id, LESSON.name, "xss").id
+    pwned = {}
+    with playwright.sync_playwright() as driver, \
+            formgrader(course, tmp_path / "home") as (url, token):
         browser = driver.chromium.launch(executable_path=chromium, headless=True,
                                          args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page()
         page.goto(page_path.as_uri())
         page.wait_for_timeout(1500)
-        pwned = page.evaluate("() => window.__pwned")
+        pwned["feedback"] = page.evaluate("() => window.__pwned")
+        answer = page.goto(f"{url}/formgrader/submissions/{submission}/?token={token}")
+        assert answer.status == 200
+        page.wait_for_timeout(1500)
+        shown = page.inner_text("body")
+        assert "display(Javascript(" in shown and "click me" in shown  # as text
+        assert page.locator("#notebook h2").count() > 2  # the lesson's Markdown, as HTML
+        assert page.locator("[href^='javascript' i], [src^='javascript' i]").count() == 0
+        assert page.locator(".rendered_html :is(script, svg)").count() == 0
+        pwned["formgrader"] = page.evaluate("() => window.__pwned")
         browser.close()
-    assert pwned is None, pwned
+    assert pwned == {"feedback": None, "formgrader": None}
 
 
 def zipped(path: Path, members: dict[str, bytes | None], links: tuple[str, ...] = ()) -> Path:

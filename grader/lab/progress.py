@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from grader.common.machine import usable_cores
 from grader.grading.sandbox import NO_FIGURE_FORMATS
 from grader.lab.validate import HIDDEN_NOTE, REPLY_MARK, Exercise
 
@@ -95,7 +96,7 @@ def progress(workspace: Path, lessons: list, log=print, jobs: int | None = None,
              env: dict[str, str] | None = None) -> int:
     """Print each lesson's progress as it comes, each run with ``env`` (the student's
     variants); exit status 0 (it reports, it does not judge)."""
-    jobs = jobs or max(1, min(2, os.cpu_count() or 1))
+    jobs = jobs or min(2, usable_cores())
     started = [(lesson, workspace / lesson.name / lesson.notebook.name) for lesson in lessons]
     say = (lambda line: log(line, flush=True)) if log is print else log
     say(f"Running your copies in {workspace} as Validate does, {jobs} at a time "

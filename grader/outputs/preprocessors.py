@@ -186,6 +186,14 @@ class SanitizeUntrusted(Preprocessor):
         return cell, resources
 
 
+def already_html(source: str) -> str:
+    """formgrader's ``markdown2html`` filter in the course's nbgrader_config.py: a Markdown
+    cell's source is HTML already, rendered and cleaned by ``SanitizeUntrusted`` (formgrader's
+    exporter runs it first); rendered as Markdown again, text the sanitiser left alone, such
+    as [x](javascript:...), would become a live link."""
+    return source
+
+
 def _text(value: object) -> str:
     return "".join(map(str, value)) if isinstance(value, list) else str(value)
 

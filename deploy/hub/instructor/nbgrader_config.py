@@ -8,3 +8,10 @@ c.Exchange.root = os.environ.get("CTC_EXCHANGE", "/srv/nbgrader/exchange")
 c.CourseDirectory.course_id = "counting-the-cost"
 c.CourseDirectory.root = os.path.expanduser("~/course")
 # Validate (grader/lab/validate.py) runs the notebook with the course's time limits.
+
+# formgrader's grading pages are served by the instructor's own server, where a student's script
+# would act with the instructor's session: each submission is made inert first, as on the
+# feedback pages (the course directory's own nbgrader_config.py says the same; this file is the
+# one formgrader reads here, started in the home folder).
+c.HTMLExporter.preprocessors = ["grader.outputs.preprocessors.SanitizeUntrusted"]
+c.HTMLExporter.filters = {"markdown2html": "grader.outputs.preprocessors.already_html"}
