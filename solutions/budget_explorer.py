@@ -129,7 +129,7 @@ def _scaled(x: float) -> str:
 def _row(part: str, label: str, value: float, text: str) -> str:
     """One row of the table; ``data-value`` holds the exact value (the browser test reads it)."""
     return (f'<tr data-part="{part}"><td>{label}</td><td style="text-align:right;'
-            f'padding-left:16px" data-value="{value!r}">{text}</td></tr>')
+            f'padding-left:16px;white-space:nowrap" data-value="{value!r}">{text}</td></tr>')
 
 
 def _section(title: str) -> str:
@@ -151,9 +151,14 @@ def inference_label(tokens: float) -> str:
 
 
 def plan_html(plan: dict, fit_name: str, inference_tokens: float) -> str:
-    """The explorer's table for one plan (``budget_plan``'s) under the fit ``fit_name``."""
+    """The explorer's tables for one plan (``budget_plan``'s) under the fit ``fit_name``.
+
+    Two columns where the output area is wide enough (the compute-optimal model and its run;
+    the lifetime-optimal model), one below the other where it is not:
+    under a 1280x720 window the whole panel, controls and all, fits the notebook's view, so
+    that a student sees the plan change as a control moves."""
     served = inference_label(inference_tokens)
-    rows = [
+    compute_optimal = [
         _section(f"compute-optimal under {html.escape(fit_name)}"),
         _row("compute_flops", "training budget, FLOPs", plan["compute_flops"],
              flops_label(plan["compute_flops"])),
@@ -162,6 +167,8 @@ def plan_html(plan: dict, fit_name: str, inference_tokens: float) -> str:
         _row("tokens_per_param", "tokens a parameter", plan["tokens_per_param"],
              _readable(plan["tokens_per_param"])),
         _row("loss", "fitted loss, nats per token", plan["loss"], f"{plan['loss']:.4f}"),
+    ]
+    lifetime_optimal = [
         _section("the same loss for the fewest lifetime FLOPs, "
                  f"{served if inference_tokens else 'no'} tokens served"),
         _row("lifetime_n_params", "parameters", plan["lifetime_n_params"],
@@ -179,6 +186,8 @@ def plan_html(plan: dict, fit_name: str, inference_tokens: float) -> str:
         _row("lifetime_flops_lifetime_optimal", "lifetime FLOPs, this model",
              plan["lifetime_flops_lifetime_optimal"],
              flops_label(plan["lifetime_flops_lifetime_optimal"])),
+    ]
+    training_run = [
         _section("the budget's training run (the compute-optimal model's; the lifetime-optimal "
                  "model's costs its x the budget)"),
         _row("gpu_hours", "GPU-hours", plan["gpu_hours"], _readable(plan["gpu_hours"])),
@@ -194,10 +203,15 @@ def plan_html(plan: dict, fit_name: str, inference_tokens: float) -> str:
     else:
         verdict, colour = (f"serving {served} tokens, the smaller model trained longer saves "
                            f"{max(saved, 0.0):.1%} of the lifetime FLOPs", SAVES_COLOUR)
-    return ('<div class="ctc-budget-plan" style="font-size:15px;line-height:1.5">'
-            '<table style="border-collapse:collapse;min-width:520px">' + "".join(rows)
-            + f'</table><div data-part="lifetime_flops_saved" data-value="{saved!r}" '
-            f'style="font-weight:bold;color:{colour}">{verdict}</div></div>')
+    def column(*tables: list[str]) -> str:
+        return "<div>" + "".join('<table style="border-collapse:collapse;width:400px">'
+                                 + "".join(rows) + "</table>" for rows in tables) + "</div>"
+
+    return ('<div class="ctc-budget-plan" style="font-size:14px;line-height:1.4">'
+            '<div style="display:flex;flex-wrap:wrap;align-items:flex-start;gap:0 28px">'
+            + column(compute_optimal, training_run) + column(lifetime_optimal)
+            + f'</div><div data-part="lifetime_flops_saved" data-value="{saved!r}" '
+            f'style="font-weight:bold;color:{colour};padding-top:4px">{verdict}</div></div>')
 
 
 def budget_explorer(fits: dict[str, dict], gpu: dict, mfu: float = DEFAULT_MFU,

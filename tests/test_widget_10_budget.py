@@ -58,11 +58,18 @@ def wait_for(page, done, timeout: float = 30) -> dict[str, float]:
 def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     base, token, browser = lab
     page = run_all(browser, base, token, FOLDER, "widget-10",
-                   notebook=LESSON.notebook.name)
+                   notebook=LESSON.notebook.name, viewport=(1280, 720))
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
     panel = page.locator(".ctc-budget-plan")
     panel.wait_for(timeout=60_000)
-    panel.scroll_into_view_if_needed()
+    # In a 1280x720 window the whole panel, its controls and its plan, fits the notebook's
+    # view: a student sees the plan change as a control moves.
+    whole = page.locator(".jp-OutputArea-output").filter(has=panel)
+    whole.evaluate("e => e.scrollIntoView({block: 'start'})")
+    box = whole.bounding_box()
+    view = page.locator(".jp-NotebookPanel:visible .jp-WindowedPanel-outer").bounding_box()
+    assert view["y"] - 1 <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"] \
+        + 1, (box, view)
 
     # The first settings: Chinchilla's budget, Hoffmann et al.'s fit, no inference, $2, 0.4 kg
     first = budget_plan(START_FLOPS, FITS[HOFFMANN], 0.0, 2.0, 0.4, H100)
@@ -102,5 +109,4 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     assert math.isclose(values["dollars"], values["gpu_hours"] * 3.5, rel_tol=1e-15)
     text = panel.text_content()
     assert "serving 10T tokens" in text and "saves" in text
-    whole = page.locator(".jp-OutputArea-output").filter(has=page.locator(".ctc-budget-plan"))
     whole.screenshot(path=str(SCREENSHOTS / "widget-10-budget.png"))
