@@ -360,6 +360,43 @@ def test_a_students_math_is_drawn_and_cleaned() -> None:
     assert "text/latex" not in shown.outputs[0].data
 
 
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
+def test_no_link_the_cleaner_keeps_turns_live_once_a_template_strips_files(depth) -> None:
+    """formgrader's template strips one ``files/`` prefix from each link after the cell was
+    cleaned; whatever the depth of prefixes, no javascript: link may come out of it."""
+    from nbconvert.filters.strings import strip_files_prefix
+    from nbformat.v4 import new_markdown_cell
+
+    from grader.outputs.preprocessors import SanitizeUntrusted
+
+    prefix = "files/" * depth
+    cell = new_markdown_cell(f"[a]({prefix}javascript:alert(1)) "
+                             f'<a href="/{prefix}javascript:alert(2)">b</a> '
+                             f"<img src='{prefix}javascript:alert(3)'> [c]({prefix}notes.txt)")
+    cleaned, _ = SanitizeUntrusted().preprocess_cell(cell, {}, 0)
+    shown = strip_files_prefix(strip_files_prefix(cleaned.source))
+    assert re.findall(r"(?:href|src)=[\"']?\s*javascript:", shown, re.I) == [], shown
+    assert 'href="notes.txt"' in shown  # an ordinary link kept
+
+
+def test_a_cells_nbgrader_metadata_is_shown_only_in_the_lessons_shape() -> None:
+    """nbgrader's templates print a grade_id unescaped into ids and text."""
+    from grader.common.text import trusted_nbgrader_metadata
+    from grader.outputs.preprocessors import SanitizeUntrusted
+
+    kept = {"grade": True, "grade_id": "test-decode_2", "points": 2.5}
+    assert trusted_nbgrader_metadata(kept) and trusted_nbgrader_metadata({"grade_id": ""})
+    for forged in ({"grade_id": '"><script>x()</script>'}, {"grade_id": "a b"},
+                   {"grade_id": 7}, {"grade_id": "x", "points": "1"}, {"grade_id": "é"},
+                   {"grade_id": "x" * 201}, ["grade_id"]):
+        assert not trusted_nbgrader_metadata(forged), forged
+        cell = nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": forged, "tags": ["t"]})
+        cleaned, _ = SanitizeUntrusted().preprocess_cell(cell, {}, 0)
+        assert dict(cleaned.metadata) == {"tags": ["t"]}
+    cell = nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": kept})
+    assert SanitizeUntrusted().preprocess_cell(cell, {}, 0)[0].metadata.nbgrader == kept
+
+
 # ------------------------------------------------------------------ item 14: names
 
 def test_the_rosters_name_wins_and_every_stored_name_is_neutral(course) -> None:

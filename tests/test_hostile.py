@@ -745,7 +745,13 @@ def test_a_solution_cell_is_untouched_only_when_it_is_the_released_stub() -> Non
 XSS_MARKDOWN = ('<script>window.__pwned = "markdown script"</script>\n'
                 '<img src="x" onerror="window.__pwned = \'markdown onerror\'">\n'
                 '<svg onload="window.__pwned = \'markdown svg\'"></svg>\n\n'
-                "<custom>\n[click me](javascript:window.__pwned='link')\n</custom>")
+                "<custom>\n[click me](javascript:window.__pwned='link')\n</custom>\n\n"
+                # formgrader's template strips a files/ prefix from links after cleaning
+                "[files link](files/javascript:window.__pwned='files link') "
+                '<a href="files/files/javascript:window.__pwned=1">deeper</a>')
+# nbgrader's templates print a cell's grade_id into HTML unescaped (formgrader's grading page)
+FORGED_GRADE_IDS = ['"><script>window.__pwned = "grade_id"</script><b x="',
+                    'q" autofocus onfocus="window.__pwned = \'onfocus\'" x="']
 XSS_OUTPUTS = '''from IPython.display import HTML, SVG, Javascript, Markdown, display
 display(HTML("<script>window.__pwned = 'html script'</script>"))
 display(HTML("<img src=x onerror=\\"window.__pwned = 'html onerror'\\">"))
@@ -800,6 +806,13 @@ def grade_names_batch(tmp: Path, outside: Path, shared: Path) -> dict:
     xss = copy.deepcopy(student_version)
     xss.cells.insert(1, nbformat.v4.new_markdown_cell(XSS_MARKDOWN))
     xss.cells.append(new_code_cell(XSS_OUTPUTS))
+    for grade_id, kind in zip(FORGED_GRADE_IDS, ("code", "markdown"), strict=True):
+        forged = new_code_cell("x = 1") if kind == "code" else \
+            nbformat.v4.new_markdown_cell("an answer")
+        forged.metadata["nbgrader"] = {"grade": kind == "code", "task": kind == "markdown",
+                                       "solution": False, "locked": False, "points": 1,
+                                       "grade_id": grade_id, "schema_version": 3}
+        xss.cells.append(forged)
     submit(submissions, "xss", xss, LESSON.notebook.name)
     submit(submissions, "plain", student_version, LESSON.notebook.name)
     done = grader("autograde", LESSON.name, submissions, "--course-dir", course, "--jobs", "2")
@@ -868,6 +881,7 @@ def test_feedback_pages_and_formgrader_run_no_student_script(names_batch, tmp_pa
         assert page.locator("#notebook h2").count() > 2  # the lesson's Markdown, as HTML
         assert page.locator("[href^='javascript' i], [src^='javascript' i]").count() == 0
         assert page.locator(".rendered_html :is(script, svg)").count() == 0
+        assert page.locator("script[src*='mathjax' i]").count() == 0  # no TeX typeset there
         pwned["formgrader"] = page.evaluate("() => window.__pwned")
         browser.close()
     assert pwned == {"feedback": None, "formgrader": None}

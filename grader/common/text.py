@@ -5,9 +5,25 @@ the student's: nothing of them may move a cursor, start a formula or become mark
 from __future__ import annotations
 
 import os
+import re
 import unicodedata
 
 STUDENT_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._@+-")
+# A cell's nbgrader grade_id as the lessons write them. nbgrader's templates print it into HTML
+# ids and text unescaped (formgrader's grading page, the feedback page): one a student wrote
+# that is not of this shape is dropped with the rest of the cell's nbgrader metadata.
+GRADE_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+
+
+def trusted_nbgrader_metadata(meta: object) -> bool:
+    """Whether a cell's nbgrader metadata can be read and shown: a dict whose grade_id, if it
+    has one (not empty), is of ``GRADE_ID``'s shape and whose points, if any, are a number."""
+    if not isinstance(meta, dict):
+        return False
+    grade_id = meta.get("grade_id")
+    return ((grade_id in (None, "") or (isinstance(grade_id, str)
+                                        and GRADE_ID.fullmatch(grade_id) is not None))
+            and type(meta.get("points", 0)) in (int, float))
 
 
 def inert(text: object, limit: int = 500) -> str:

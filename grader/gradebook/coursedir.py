@@ -82,12 +82,10 @@ c.FeedbackExporter.template_name = "ctc_feedback"  # nbgrader's feedback, a few 
 c.FeedbackExporter.template_file = "ctc.html.j2"
 c.FeedbackExporter.extra_template_basedirs = [{templates!r}, {nbgrader_templates!r}]
 # formgrader's grading pages are served by the instructor's Jupyter server, where a student's
-# script would act with the instructor's session: the submission is made inert first, as for
-# the feedback page, and its Markdown, already HTML, is not rendered a second time.
-c.HTMLExporter.preprocessors = ["grader.outputs.preprocessors.SanitizeUntrusted"]
-c.HTMLExporter.filters = {{"markdown2html": "grader.outputs.preprocessors.already_html"}}
-c.FeedbackExporter.preprocessors = []  # GenerateFeedback.preprocessors above: once, in order
-c.FeedbackExporter.filters = {{}}
+# script would act with the instructor's session: each submission is made inert there too.
+from grader.outputs.exporter import inert_formgrader  # noqa: E402
+
+inert_formgrader(c)
 """
 
 

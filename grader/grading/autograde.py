@@ -24,7 +24,7 @@ from nbformat.v4 import new_output
 
 from grader.common import syntax
 from grader.common.faults import Unavailable, database_name, is_database_error, retrying
-from grader.common.text import inert
+from grader.common.text import inert, trusted_nbgrader_metadata
 from grader.content.lessons import BEGIN_HIDDEN, END_HIDDEN, Lesson
 from grader.content.variants import Draw, canonical
 from grader.grading.execute import Run, run_submission
@@ -223,9 +223,8 @@ def _normalise(nb: NotebookNode) -> bool:
                 del cell.metadata[key]
                 changed = True
         meta = cell.metadata.get("nbgrader", {})
-        if meta and (not isinstance(meta.get("grade_id", ""), str)
-                     or type(meta.get("points", 0)) not in (int, float)):
-            del cell.metadata["nbgrader"]  # nothing of it can be trusted or read
+        if meta and not trusted_nbgrader_metadata(meta):
+            del cell.metadata["nbgrader"]  # nothing of it can be trusted, read or shown
             changed = True
         if not isinstance(cell.get("source"), str):
             source = cell.get("source")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from functools import cache, lru_cache
+from pathlib import Path
 
 from nbconvert.exporters import HTMLExporter
 from nbconvert.exporters import html as nbconvert_html
@@ -16,6 +17,32 @@ from nbgrader.preprocessors import GetGrades
 from traitlets import Bool
 
 from grader.outputs.preprocessors import REMEMBERED_CELLS, REMEMBERED_CHARS
+
+# The course's templates: the feedback page's (ctc_feedback) and formgrader's MathJax-less one.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def inert_formgrader(c) -> None:
+    """Configure nbgrader's formgrader, in an nbgrader_config.py's ``c``, to make each
+    submission inert on its grading page as on the feedback page.
+
+    formgrader's pages are served by the instructor's own Jupyter server: a student's script or
+    event handler there would act with the instructor's session (kernels, terminals, files).
+    Its exporter (nbgrader's HTMLExporter, template "formgrade") runs ``SanitizeUntrusted``
+    first; the template's ``markdown2html`` and ``strip_files_prefix`` filters then leave that
+    HTML as it is, and its MathJax (from a CDN) is not loaded: formulas are MathML already
+    (grader/outputs/templates/formgrade/mathjax.html.j2). The feedback pages' exporter keeps
+    its own preprocessors (``GenerateFeedback.preprocessors``, in order) and filters."""
+    import nbgrader
+
+    formgrader_templates = (Path(nbgrader.__file__).resolve().parent / "server_extensions"
+                            / "formgrader" / "templates")
+    c.HTMLExporter.preprocessors = ["grader.outputs.preprocessors.SanitizeUntrusted"]
+    c.HTMLExporter.filters = {"markdown2html": "grader.outputs.preprocessors.as_it_is",
+                              "strip_files_prefix": "grader.outputs.preprocessors.as_it_is"}
+    c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(formgrader_templates)]
+    c.FeedbackExporter.preprocessors = []
+    c.FeedbackExporter.filters = {}
 
 
 class FeedbackExporter(HTMLExporter):

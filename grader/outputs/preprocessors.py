@@ -10,11 +10,12 @@ from pathlib import Path
 
 import nh3
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+from nbconvert.filters.strings import strip_files_prefix
 from nbconvert.preprocessors import Preprocessor
 from nbformat import NotebookNode
 from traitlets import Bool, Unicode
 
-from grader.common.text import displayable
+from grader.common.text import displayable, trusted_nbgrader_metadata
 from grader.content.lessons import BEGIN_HIDDEN, END_HIDDEN
 
 
@@ -82,7 +83,15 @@ LONGEST_FORMULA = 5000  # characters of LaTeX converted; a longer one is shown a
 
 
 def clean(markup: str) -> str:
-    """HTML with MathML made inert: no script, event handler, style or javascript: link."""
+    """HTML with MathML made inert: no script, event handler, style or javascript: link.
+
+    nbconvert's templates strip a ``files/`` prefix from links after this (formgrader's does,
+    with ``strip_files_prefix``): ``files/javascript:...``, a relative link to nh3, would then
+    become a live one. The prefixes are stripped first, however deep, so that nh3 judges the
+    links as a page will show them."""
+    stripped = strip_files_prefix(markup)
+    while stripped != markup:
+        markup, stripped = stripped, strip_files_prefix(stripped)
     return nh3.clean(markup, tags=ALLOWED_TAGS, attributes=ALLOWED_ATTRIBUTES)
 
 
@@ -150,14 +159,18 @@ class SanitizeUntrusted(Preprocessor):
     and cleaned by nh3 (the Python binding of the Ammonia sanitiser): no script, event handler
     or javascript: link survives, headings, tables, images and math do. The course's feedback
     template (grader/outputs/templates/ctc_feedback) shows a Markdown cell's source as the HTML it
-    now
-    is: it must not render it as Markdown a second time, which would turn text that nh3 left
-    alone, such as [x](javascript:...), into a live link. JavaScript and widget outputs are
-    dropped."""
+    now is, and so does formgrader's under the course's configuration: it must not render it as
+    Markdown a second time, which would turn text that nh3 left alone, such as
+    [x](javascript:...), into a live link. JavaScript and widget outputs are
+    dropped, and so is a cell's nbgrader metadata of the wrong shape (its grade_id is printed
+    unescaped by nbgrader's templates; autograde drops such metadata before grading)."""
 
     enabled = Bool(True)
 
     def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int):
+        metadata = cell.get("metadata", {})
+        if "nbgrader" in metadata and not trusted_nbgrader_metadata(metadata["nbgrader"]):
+            del metadata["nbgrader"]  # in a notebook graded before autograde dropped it
         if cell.cell_type == "markdown" and not cell.get("attachments") \
                 and len(cell.source) <= REMEMBERED_CHARS:
             cell.source = _clean_markdown(cell.source)
@@ -186,11 +199,12 @@ class SanitizeUntrusted(Preprocessor):
         return cell, resources
 
 
-def already_html(source: str) -> str:
-    """formgrader's ``markdown2html`` filter in the course's nbgrader_config.py: a Markdown
-    cell's source is HTML already, rendered and cleaned by ``SanitizeUntrusted`` (formgrader's
-    exporter runs it first); rendered as Markdown again, text the sanitiser left alone, such
-    as [x](javascript:...), would become a live link."""
+def as_it_is(source: str) -> str:
+    """formgrader's ``markdown2html`` and ``strip_files_prefix`` filters in the course's
+    configuration (``grader.outputs.exporter.inert_formgrader``): a Markdown cell's source is
+    HTML already, rendered and cleaned by ``SanitizeUntrusted`` (formgrader's exporter runs it
+    first); rendered as Markdown again, or its links changed, text or links the sanitiser left
+    alone, such as [x](javascript:...) or files/javascript:..., would become live links."""
     return source
 
 

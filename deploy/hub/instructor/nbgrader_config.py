@@ -13,5 +13,6 @@ c.CourseDirectory.root = os.path.expanduser("~/course")
 # would act with the instructor's session: each submission is made inert first, as on the
 # feedback pages (the course directory's own nbgrader_config.py says the same; this file is the
 # one formgrader reads here, started in the home folder).
-c.HTMLExporter.preprocessors = ["grader.outputs.preprocessors.SanitizeUntrusted"]
-c.HTMLExporter.filters = {"markdown2html": "grader.outputs.preprocessors.already_html"}
+from grader.outputs.exporter import inert_formgrader  # noqa: E402
+
+inert_formgrader(c)
