@@ -48,7 +48,8 @@ from grader.gradebook.schema import EXCLUDE_FILE
 
 DEFAULT_COURSE_DIR = REPO / ".course"
 STATUS_FILE = "grading_status.json"
-# The feedback pages' template (grader/outputs/templates/), named in nbgrader's config.
+# The course's templates (grader/outputs/templates/): the feedback page's, and formgrader's
+# MathJax-less one (grader.outputs.exporter.inert_formgrader), named in nbgrader's config.
 TEMPLATES = Path(__file__).resolve().parents[1] / "outputs" / "templates"
 
 # `python -m nbgrader`, after `import grader` (which spares it a second of jsonschema's start:
@@ -123,7 +124,7 @@ class CourseDir:
         config = CONFIG_TEMPLATE.format(
             root=str(self.root), course_id=COURSE_ID, db_url=self.db_url,
             deadlines=str(self.deadlines_file), source=str(self.root / "source"),
-            templates=str(TEMPLATES), nbgrader_templates=_nbgrader_templates())
+            templates=str(TEMPLATES), nbgrader_templates=nbgrader_templates())
         path = self.root / "nbgrader_config.py"
         try:
             unchanged = path.read_text() == config
@@ -289,8 +290,9 @@ class CourseDir:
                               f"{type(error).__name__}: {error}") from None
 
 
-def _nbgrader_templates() -> str:
-    """nbgrader's own template folder (its feedback template, which ours extends)."""
+def nbgrader_templates() -> str:
+    """nbgrader's own template folder (its feedback and formgrade templates, which ours
+    extend or shadow)."""
     import nbgrader
 
     return str(Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from functools import cache, lru_cache
-from pathlib import Path
 
 from nbconvert.exporters import HTMLExporter
 from nbconvert.exporters import html as nbconvert_html
@@ -16,10 +15,8 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import GetGrades
 from traitlets import Bool
 
+from grader.gradebook.coursedir import TEMPLATES, nbgrader_templates
 from grader.outputs.preprocessors import REMEMBERED_CELLS, REMEMBERED_CHARS
-
-# The course's templates: the feedback page's (ctc_feedback) and formgrader's MathJax-less one.
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def inert_formgrader(c) -> None:
@@ -33,14 +30,10 @@ def inert_formgrader(c) -> None:
     HTML as it is, and its MathJax (from a CDN) is not loaded: formulas are MathML already
     (grader/outputs/templates/formgrade/mathjax.html.j2). The feedback pages' exporter keeps
     its own preprocessors (``GenerateFeedback.preprocessors``, in order) and filters."""
-    import nbgrader
-
-    formgrader_templates = (Path(nbgrader.__file__).resolve().parent / "server_extensions"
-                            / "formgrader" / "templates")
     c.HTMLExporter.preprocessors = ["grader.outputs.preprocessors.SanitizeUntrusted"]
     c.HTMLExporter.filters = {"markdown2html": "grader.outputs.preprocessors.as_it_is",
                               "strip_files_prefix": "grader.outputs.preprocessors.as_it_is"}
-    c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(formgrader_templates)]
+    c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), nbgrader_templates()]
     c.FeedbackExporter.preprocessors = []
     c.FeedbackExporter.filters = {}
 
