@@ -239,22 +239,22 @@ def test_killing_the_script_as_its_ranks_start_leaves_no_rank_behind(how: signal
 
 def _in_session(session: int) -> list[int]:
     """The live processes of Linux session ``session`` (not zombies)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _, _, sid = stat.read_text().rsplit(")", 1)[1].split()[:4]
-        except (OSError, ValueError):
-            continue
-        if int(sid) == session and state != "Z":
-            found.append(int(stat.parent.name))
-    return found
+    pids = (int(path.name) for path in Path("/proc").glob("[0-9]*"))
+    return [pid for pid in pids if (fields := _stat(pid)) and fields[0] != "Z"
+            and int(fields[3]) == session]
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command's name (state, ppid, pgrp, session, ...);
+    none for a process gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
 
 
 def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
+    return (_stat(pid) or ["gone"])[0]
 
 
 # A notebook's kernel as Jupyter runs it: the leader of its own process group, which the stop
