@@ -24,7 +24,6 @@ from grader.outputs.similarity import (
     answer_cells,
     compare,
     fingerprint,
-    flagged_pairs,
     highlighted,
     identical_groups,
     kgram_hashes,
@@ -138,7 +137,7 @@ def test_exercises_are_compared_only_with_the_same_exercise() -> None:
     c = Submission("c", "3", {"encode": fingerprint(ENCODE).values})
     [pair] = compare([a, c], ["encode"])
     assert (pair.similarity_a, pair.similarity_b, pair.exercises) == (1.0, 1.0, ["encode"])
-    assert flagged_pairs([pair], 0.8, len(code.fingerprints) + 1) == []  # too little shared
+    assert compare([a, c], ["encode"], 0.8, len(code.fingerprints) + 1) == []  # too little shared
 
 
 def test_the_untouched_student_version_is_no_identical_group() -> None:

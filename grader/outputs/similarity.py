@@ -301,9 +301,9 @@ def _pairs_counted(holders: Iterable[list[int]], n: int) -> tuple[np.ndarray, np
     return found, counts
 
 
-def flagged_pairs(pairs: list[Pair], threshold: float, min_shared: int) -> list[Pair]:
-    found = [p for p in pairs if p.score >= threshold and p.shared >= min_shared]
-    return sorted(found, key=lambda p: (-p.score, -p.shared, p.a, p.b))
+def most_similar_first(pairs: list[Pair]) -> list[Pair]:
+    """``pairs`` (``compare`` kept those at the threshold) in the report's order."""
+    return sorted(pairs, key=lambda p: (-p.score, -p.shared, p.a, p.b))
 
 
 def identical_groups(submissions: list[Submission], starter_sha256: str) -> list[list[str]]:
@@ -356,7 +356,7 @@ def similarity(course, lesson: Lesson, threshold: float = DEFAULT_THRESHOLD,
     pairs = compare(submissions, order, threshold, min_shared)
     groups = identical_groups(submissions, starter_sha256)
     same = {pair for group in groups for pair in itertools.combinations(group, 2)}
-    found = [p for p in flagged_pairs(pairs, threshold, min_shared)
+    found = [p for p in most_similar_first(pairs)
              if tuple(sorted((p.a, p.b))) not in same]  # listed once, as identical
     seconds = time.perf_counter() - started
     folder = Path(out) if out is not None else course.root / "reports" / lesson.name
