@@ -488,11 +488,18 @@ def test_a_lost_machines_lock_is_ended_by_the_server_within_a_minute(lost_machin
 
 
 def test_the_lock_holds_across_machines_sharing_a_postgresql_gradebook(postgres_database,
-                                                                       tmp_path) -> None:
+                                                                       tmp_path,
+                                                                       monkeypatch) -> None:
     """Two graders with course directories of their own (two machines) and one PostgreSQL
     gradebook: while one holds the lesson's lock the other is refused, naming it; another
-    lesson is free; the lock goes with the holder's connection, however the holder ends."""
+    lesson is free; the lock goes with the holder's connection, however the holder ends. A
+    holder that ends between another's refused try and its look at who holds it leaves the
+    lesson free: the other takes it rather than being refused by no one."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
     from grader.course import Course
+    from grader.gradebook import lock
     from grader.gradebook.lock import Busy, lesson_lock
 
     url = postgres_database
@@ -519,6 +526,23 @@ def test_the_lock_holds_across_machines_sharing_a_postgresql_gradebook(postgres_
         except Busy:
             assert time.monotonic() < deadline
             time.sleep(0.5)
+
+    engine = create_engine(url, poolclass=NullPool)
+    with engine.connect() as holding:
+        holding.execute(text("SELECT pg_advisory_lock(:key)"),
+                        {"key": lock.advisory_key(LESSON.name)})
+        holding.commit()
+        looked = lock._pg_holder
+
+        def holder_ends_meanwhile(connection, key):
+            holding.execute(text("SELECT pg_advisory_unlock_all()"))
+            holding.commit()
+            return looked(connection, key)
+
+        monkeypatch.setattr(lock, "_pg_holder", holder_ends_meanwhile)
+        with lesson_lock(other, LESSON.name, "autograde"):
+            pass
+    engine.dispose()
 
 
 # ------------------------------------------------------------------ items 4 and 6: feedback pages

@@ -152,10 +152,20 @@ def _advisory_lock(url: str, lesson: str, what: str) -> Iterator[None]:
             # a server too old for one goes without it
             with contextlib.suppress(Exception), connection.begin_nested():
                 connection.execute(text(f"SET {setting} = {int(value)}"))
-        got = connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar()
-        connection.commit()
-        if not got:
-            raise Busy(_refusal(lesson, _pg_holder(connection, key)))
+        for _ in range(5):
+            got = connection.execute(text("SELECT pg_try_advisory_lock(:key)"),
+                                     {"key": key}).scalar()
+            connection.commit()
+            if got:
+                break
+            holder = _pg_holder(connection, key)
+            if holder is not None:
+                raise Busy(_refusal(lesson, holder))
+            # no one holds it now: its holder ended (the server cut a lost machine off, say)
+            # between the two queries, and the lesson is free: try again
+            time.sleep(0.05)
+        else:
+            raise Busy(_refusal(lesson, ""))
         beating = _Heartbeat(connection)
         beating.start()
         try:
@@ -195,26 +205,27 @@ class _Heartbeat(threading.Thread):
         self.join(timeout=30)
 
 
-def _pg_holder(connection, key: int) -> str:
+def _pg_holder(connection, key: int) -> str | None:
     """Who holds the advisory lock ``key``: their connection's application name, and how long
-    the connection has said nothing (a lost machine's is cut off by the server)."""
+    the connection has said nothing (a lost machine's is cut off by the server); None when
+    no one holds it now."""
     from sqlalchemy import text
 
     unsigned = key & 0xFFFFFFFFFFFFFFFF
-    for _ in range(3):  # the holder may be between its lock and its name showing
-        row = connection.execute(text(
-            "SELECT a.application_name, host(a.client_addr), "
-            "EXTRACT(EPOCH FROM now() - a.state_change) FROM pg_locks l "
-            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-            "AND l.granted AND l.classid::bigint = :high AND l.objid::bigint = :low "
-            "AND l.objsubid = 1"),
-            {"high": unsigned >> 32, "low": unsigned & 0xFFFFFFFF}).first()
-        if row is not None and row[0]:
-            holder = str(row[0]).removeprefix("ctc ")
-            if row[2] is not None and float(row[2]) >= 3 * HEARTBEAT_SECONDS:
-                holder += (f"; its connection{' from ' + str(row[1]) if row[1] else ''} has "
-                           f"been silent for {float(row[2]):.0f} s, and the server ends it "
-                           "within about 30 s of silence if its machine is lost")
-            return holder
-        time.sleep(0.1)
-    return ""
+    row = connection.execute(text(
+        "SELECT a.application_name, host(a.client_addr), "
+        "EXTRACT(EPOCH FROM now() - a.state_change) FROM pg_locks l "
+        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+        "AND l.granted AND l.classid::bigint = :high AND l.objid::bigint = :low "
+        "AND l.objsubid = 1"),
+        {"high": unsigned >> 32, "low": unsigned & 0xFFFFFFFF}).first()
+    # (pg_stat_activity is read once a transaction: the next look must see it afresh)
+    connection.rollback()
+    if row is None:
+        return None
+    holder = str(row[0] or "").removeprefix("ctc ")
+    if row[2] is not None and float(row[2]) >= 3 * HEARTBEAT_SECONDS:
+        holder += (f"; its connection{' from ' + str(row[1]) if row[1] else ''} has "
+                   f"been silent for {float(row[2]):.0f} s, and the server ends it "
+                   "within about 30 s of silence if its machine is lost")
+    return holder
