@@ -237,6 +237,29 @@ def test_killing_the_script_as_its_ranks_start_leaves_no_rank_behind(how: signal
     assert _in_session(process.pid) == []
 
 
+# The script run as its own command line, a Ctrl-C arriving while it imports what its ranks
+# will share (PREIMPORTS), before any rank starts.
+INTERRUPTED_IMPORTING = """
+import importlib, runpy, sys
+real = importlib.import_module
+def import_module(name, *args):
+    if name == "torch._dynamo":
+        raise KeyboardInterrupt
+    return real(name, *args)
+importlib.import_module = import_module
+sys.argv = [sys.argv[1], "zero", "--world-size", "2"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_ctrl_c_before_any_rank_starts_is_said_in_one_line() -> None:
+    run = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORTING, str(SCRIPT)],
+                         capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout) == (130, ""), run.stderr
+    assert run.stderr.splitlines() == ["distributed_demos.py zero: interrupted; no rank is left "
+                                       "running"]
+
+
 def _in_session(session: int) -> list[int]:
     """The live processes of Linux session ``session`` (not zombies)."""
     pids = (int(path.name) for path in Path("/proc").glob("[0-9]*"))

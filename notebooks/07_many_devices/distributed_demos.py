@@ -806,21 +806,21 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     _die_with_parent(os.getppid(), signal.SIGTERM)
     start = time.perf_counter()
-    if start_method(backend) == "fork":
-        # Seconds of imports that every rank of these demos needs, done once here rather than
-        # once in every forked rank: ZeroRedundancyOptimizer's module pulls in FSDP, an
-        # optimizer's first step torch._dynamo, and so does DDP's constructor.
-        for module in PREIMPORTS.get(args.command, ()):
-            importlib.import_module(module)
     try:
+        if start_method(backend) == "fork":
+            # Seconds of imports that every rank of these demos needs, done once here rather
+            # than once in every forked rank: ZeroRedundancyOptimizer's module pulls in FSDP, an
+            # optimizer's first step torch._dynamo, and so does DDP's constructor.
+            for module in PREIMPORTS.get(args.command, ()):
+                importlib.import_module(module)
         result = launch(args.command, options, args.world_size, backend)
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
         print(f"{Path(__file__).name} {args.command}: rank {error.error_index} of "
               f"{args.world_size} failed, the other ranks were stopped: {error}",
               file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # the ranks were stopped on the way out of launch
-        print(f"{Path(__file__).name} {args.command}: interrupted; every rank was stopped",
+    except KeyboardInterrupt:  # the ranks (if any had started) were stopped leaving launch
+        print(f"{Path(__file__).name} {args.command}: interrupted; no rank is left running",
               file=sys.stderr)
         return 130
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
