@@ -7,7 +7,7 @@ c = get_config()  # noqa: F821
 c.Exchange.root = os.environ.get("CTC_EXCHANGE", "/srv/nbgrader/exchange")
 c.CourseDirectory.course_id = "counting-the-cost"
 c.CourseDirectory.root = os.path.expanduser("~/course")
-# Validate (grader/lab/validate.py) runs the notebook with the course's time limits.
+# (No time limits here: Validate, grader/lab/validate.py, runs the notebook with the course's own.)
 
 # formgrader's grading pages are served by the instructor's own server, where a student's script
 # would act with the instructor's session: each submission is made inert first, as on the
