@@ -74,7 +74,7 @@ def plan_html(plan: dict, gpu_name: str, gpu_bytes: float) -> str:
     verdict = (f"fits on one {gpu_name}, {_gb(gpu_bytes - total)} to spare" if plan["fits"] else
                f"does not fit on one {gpu_name}: {_gb(total - gpu_bytes)} too much")
     wire = []
-    cell = 'style="padding:0 12px;text-align:right"'
+    cell = 'style="padding:0 0 0 10px;text-align:right;white-space:nowrap"'
     for kind, label in (("data", "data parallel (gradients, ZeRO)"),
                         ("tensor", "tensor parallel (activations)"),
                         ("pipeline", "pipeline (stage boundaries)")):
@@ -101,27 +101,31 @@ def plan_html(plan: dict, gpu_name: str, gpu_bytes: float) -> str:
     else:
         threshold = (f" It hides from {plan['min_tokens_to_hide']:,.0f} tokens per "
                      f"micro-batch; this run has {plan['tokens_per_microbatch']:,}.")
+    column = '<div style="width:400px">'
     return (
-        '<div class="ctc-plan" style="font-size:15px;line-height:1.5">'
-        f'<p data-gpus="{plan["gpus"]}"><b>{plan["gpus"]:,} GPUs</b> in {plan["nodes"]:,} '
-        f'node(s); {plan["n_params"] / 1e9:,.1f} billion parameters; '
+        '<div class="ctc-plan" style="font-size:14px;line-height:1.4">'
+        f'<p data-gpus="{plan["gpus"]}" style="margin:0 0 6px 0"><b>{plan["gpus"]:,} GPUs</b> '
+        f'in {plan["nodes"]:,} node(s); {plan["n_params"] / 1e9:,.1f} billion parameters; '
         f'{plan["tokens_per_step"]:,} tokens per step</p>'
-        '<table style="border-collapse:collapse;min-width:420px">' + "".join(rows)
+        # two columns side by side where the notebook is wide enough: memory and the
+        # step, then the traffic and whether it hides
+        '<div style="display:flex;flex-wrap:wrap;align-items:flex-start;gap:0 20px">'
+        + column + '<table style="border-collapse:collapse;width:100%">' + "".join(rows)
         + f'<tr data-part="total"><td><b>one GPU holds</b></td><td style="text-align:right" '
         f'data-bytes="{total}"><b>{_gb(total)}</b></td></tr></table>'
-        '<div style="position:relative;width:420px;height:18px;margin:10px 0 4px 0;'
+        '<div style="position:relative;width:100%;height:18px;margin:10px 0 4px 0;'
         'border:1px solid #444;display:flex">' + "".join(bar)
         + f'<div data-line="{gpu_bytes!r}" style="position:absolute;left:{line:.3f}%;top:-5px;'
         f'height:26px;border-left:3px dashed {LINE_COLOUR}"></div></div>'
         f'<p data-fits="{str(plan["fits"]).lower()}">{verdict} (the dashed line: '
         f'{_gb(gpu_bytes)}, in the label\'s gigabytes of 1e9 bytes)</p>'
-        '<table style="border-collapse:collapse;min-width:420px"><tr><th style="text-align:left">'
-        "traffic per GPU per step</th><th>bytes</th><th>link</th><th>time</th></tr>"
-        + "".join(wire) + "</table>"
-        f'<p data-hidden="{str(plan["hidden"]).lower()}">{hides}{threshold}</p>'
         f'<p data-step="{plan["step_seconds"]!r}">Pipeline bubble {plan["bubble"]:.1%}; '
         f'<b>step {_seconds(plan["step_seconds"])}</b> (compute '
         f'{_seconds(plan["compute_seconds"])} at this MFU).</p></div>'
+        + column + '<table style="border-collapse:collapse;width:100%"><tr>'
+        '<th style="text-align:left">traffic per GPU per step</th><th>bytes</th><th>link</th>'
+        "<th>time</th></tr>" + "".join(wire) + "</table>"
+        f'<p data-hidden="{str(plan["hidden"]).lower()}">{hides}{threshold}</p></div></div></div>'
     )
 
 
@@ -129,11 +133,14 @@ def parallel_explorer(models: dict, accelerators: dict, node: dict) -> widgets.V
     """The panel: model, degrees of data, tensor and pipeline parallelism, ZeRO stage and
     whether it keeps gradients and weights whole across micro-batches, when ZeRO-1/2 gather
     the updated weights (``overlap_param_gather``), the gradients' width,
-    micro-batches, sequence length, MFU and checkpointing; the readout of ``plan_html``."""
+    micro-batches, sequence length, MFU and checkpointing; the readout of ``plan_html``
+    under them. Controls and readout each take two columns where the notebook is wide
+    enough, so that in a 1280x720 window a student sees the readout change as a control
+    moves. ``children``: the controls (a box of two columns), then the readout."""
 
     def control(widget: widgets.Widget, name: str) -> widgets.Widget:
-        widget.style = {"description_width": "200px"}
-        widget.layout = widgets.Layout(width="620px")
+        widget.style = {"description_width": "165px"}
+        widget.layout = widgets.Layout(width="410px")
         widget.add_class(f"ctc-{name}")
         if isinstance(widget, widgets.SelectionSlider):  # its readout takes no typing: the
             widget.add_class("ctc-choice-slider")  # lab's style (grader/lab/labextension) says so
@@ -147,12 +154,13 @@ def parallel_explorer(models: dict, accelerators: dict, node: dict) -> widgets.V
     # buttons puts its label out of line).
     zero = control(widgets.Dropdown(options=ZERO_STAGES_SHOWN, value=1,
                                     description="ZeRO stage"), "zero")
-    keep = control(widgets.Checkbox(value=False, description="keep gradients and weights "
-                                    "whole across micro-batches"), "keep")
-    gather = control(widgets.Dropdown(options=[
-        ("after the optimizer step (DeepSpeed ZeRO-1/2)", False),
-        ("with the next forward (Megatron overlap_param_gather)", True)],
-        value=False, description="new weights' all-gather"), "gather")
+    keep = control(widgets.Dropdown(options=[("sharded as the stage says", False),
+                                             ("gradients and weights whole", True)],
+                                    value=False, description="across micro-batches"), "keep")
+    gather = control(widgets.Dropdown(options=[("after the optimizer step", False),
+                                               ("with the next forward pass", True)],
+                                      value=False, description="new weights' all-gather"),
+                     "gather")
     grads = control(widgets.Dropdown(options=[("bf16, held and reduced in 2 bytes", 2),
                                               ("fp32, held and reduced in 4 bytes", 4)],
                                      value=2, description="gradients"), "grads")
@@ -163,7 +171,7 @@ def parallel_explorer(models: dict, accelerators: dict, node: dict) -> widgets.V
     micro = control(widgets.SelectionSlider(options=[2**k for k in range(8)], value=64,
                                             description="micro-batches per step"), "micro")
     micro_size = control(widgets.SelectionSlider(options=[1, 2, 4, 8], value=1,
-                                                 description="sequences per micro-batch"),
+                                                 description="micro-batch size"),
                          "micro-size")
     seq_len = control(widgets.SelectionSlider(options=[2048, 4096, 8192], value=8192,
                                               description="sequence length"), "seq")
@@ -183,9 +191,12 @@ def parallel_explorer(models: dict, accelerators: dict, node: dict) -> widgets.V
                              overlap_param_gather=gather.value)
         shown.value = plan_html(plan, "H100 SXM", gpu["memory_bytes"])
 
-    controls = [model, dp, zero, keep, gather, grads, tp, pp, micro, micro_size, seq_len, mfu,
-                checkpointing]
-    for widget in controls:
+    # the run's shape, then what each GPU keeps and sends
+    columns = ([model, dp, tp, pp, micro, micro_size, seq_len],
+               [zero, keep, gather, grads, mfu, checkpointing])
+    for widget in (*columns[0], *columns[1]):
         widget.observe(update, names="value")
     update()
-    return widgets.VBox([*controls, shown])
+    controls = widgets.Box([widgets.VBox(column) for column in columns], layout=widgets.Layout(
+        display="flex", flex_flow="row wrap", align_items="flex-start", grid_gap="0 16px"))
+    return widgets.VBox([controls, shown])

@@ -354,7 +354,7 @@ def test_the_readout_says_traffic_first_and_what_it_overlaps() -> None:
 
 def test_the_explorer_opens_on_the_tables_last_layout() -> None:
     panel = parallel_explorer(MODELS, {"H100 SXM": H100}, NODE)
-    shown = panel.children[-1].value
+    shown = panel.children[1].value
     table_row = plan(32, 8, 4, 1, 2048 // 32)  # section 10's "tensor 8, pipeline 4, ZeRO-1"
     assert f'data-bytes="{table_row["memory_total"]}"' in shown
     assert f'data-step="{table_row["step_seconds"]!r}"' in shown
@@ -362,9 +362,10 @@ def test_the_explorer_opens_on_the_tables_last_layout() -> None:
 
 def test_the_panel_shows_the_plan_of_its_controls() -> None:
     panel = parallel_explorer(MODELS, {"H100 SXM": H100}, NODE)
-    controls = {next(c for c in w._dom_classes if c.startswith("ctc-")): w
-                for w in panel.children[:-1]}
-    shown = panel.children[-1]
+    box, shown = panel.children
+    widgets = [w for column in box.children for w in column.children]
+    controls = {next(c for c in w._dom_classes if c.startswith("ctc-")): w for w in widgets}
+    assert len(controls) == 13
     assert f'data-bytes="{plan()["memory_total"]}"' in shown.value
     controls["ctc-zero"].value = 3
     controls["ctc-pp"].value = 1
@@ -384,7 +385,7 @@ def test_the_panel_shows_the_plan_of_its_controls() -> None:
     assert expected["step_seconds"] < plan(stage=1, pp=1, checkpointing=True,
                                            bytes_per_grad=4)["step_seconds"]
     # every control's label has the same width, so that they line up
-    assert {w.style.description_width for w in panel.children[:-1]} == {"200px"}
+    assert {w.style.description_width for w in widgets} == {"165px"}
 
 
 # ---------------------------------------------------------------- what lesson 07 says

@@ -1,9 +1,9 @@
 """Lesson 07's explorer in a real browser: the instructor version runs in JupyterLab in headless
 Chromium, controls are moved as a person would move them (a ZeRO stage chosen from its list, a
 click on a checkbox, the arrow key on a slider), and what the panel shows becomes the
-reference's ``parallel_plan``; the controls' labels line up, and the memory bar carries the
-GPU's 80 GB as a line. Reuses tests/test_browser.py's helpers; the screenshot goes to
-build/screenshots/."""
+reference's ``parallel_plan``; the whole panel fits the notebook's view in a 1280x720 window,
+the controls' labels line up, and the memory bar carries the GPU's 80 GB as a line. Reuses
+tests/test_browser.py's helpers; the screenshot goes to build/screenshots/."""
 
 from __future__ import annotations
 
@@ -81,20 +81,31 @@ def test_every_plot_fits_a_1280_by_720_window(page) -> None:
 def test_moving_the_explorers_controls_shows_the_reference_plan(page) -> None:
     panel = page.locator(".ctc-plan")
     panel.wait_for(timeout=60_000)
-    panel.scroll_into_view_if_needed()
+    # In a 1280x720 window the whole panel, its controls and its readout, fits the notebook's
+    # view: a student sees the memory, traffic and step change as a control moves.
+    whole = page.locator(".jp-OutputArea-output").filter(has=panel)
+    whole.evaluate("e => e.scrollIntoView({block: 'start'})")
+    box = whole.bounding_box()
+    view = page.locator(".jp-NotebookPanel:visible .jp-WindowedPanel-outer").bounding_box()
+    assert view["y"] - 1 <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"] \
+        + 1, (box, view)
 
     first = reference()
     assert shown_total(page) == first["memory_total"]
     assert page.locator(".ctc-plan [data-fits]").get_attribute("data-fits") == "true"
     assert page.locator(".ctc-plan [data-gpus]").get_attribute("data-gpus") == "1024"
 
-    # the controls' labels line up: each label's box starts and ends at the same x, give or
-    # take the 2 pixels by which ipywidgets sets a slider's margin apart from a dropdown's
-    boxes = [page.locator(f".ctc-{name} .widget-label").first.bounding_box()
-             for name in ("model", "dp", "zero", "gather", "grads", "tp", "pp", "micro", "seq",
-                          "mfu")]
-    for edge in (lambda b: b["x"], lambda b: b["x"] + b["width"]):
-        assert max(map(edge, boxes)) - min(map(edge, boxes)) <= 3, boxes
+    # the controls' labels line up in each of the two columns: each label's box starts and
+    # ends at the same x, give or take the 2 pixels by which ipywidgets sets a slider's margin
+    # apart from a dropdown's; no label is cut short
+    for column in (("model", "dp", "tp", "pp", "micro", "micro-size", "seq"),
+                   ("zero", "keep", "gather", "grads", "mfu")):
+        labels = [page.locator(f".ctc-{name} .widget-label").first for name in column]
+        boxes = [label.bounding_box() for label in labels]
+        for edge in (lambda b: b["x"], lambda b: b["x"] + b["width"]):
+            assert max(map(edge, boxes)) - min(map(edge, boxes)) <= 3, boxes
+        for label in labels:
+            assert label.evaluate("e => e.scrollWidth <= e.clientWidth"), label.inner_text()
     line = page.locator(".ctc-plan [data-line]")
     assert line.count() == 1 and float(line.get_attribute("data-line")) == H100["memory_bytes"]
 
@@ -134,5 +145,4 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(page) -> None:
     assert float(page.locator(".ctc-plan [data-step]").get_attribute("data-step")) == \
         overlapped["step_seconds"]
     assert "overlap_param_gather" in page.locator(".ctc-plan").inner_text()
-    whole = page.locator(".jp-OutputArea-output").filter(has=page.locator(".ctc-plan"))
     whole.screenshot(path=str(SCREENSHOTS / "widget-07-parallel-plan.png"))
