@@ -34,8 +34,8 @@ def grader_env() -> dict[str, str]:
 
 def grader_process(*args: str | Path, **popen) -> subprocess.Popen:
     """``python -m grader ARGS`` started in the background (a worker, a coordinator)."""
-    return subprocess.Popen([sys.executable, "-m", "grader", *map(str, args)], cwd=REPO,
-                            env=grader_env(), **popen)
+    return subprocess.Popen([sys.executable, "-m", "grader", *map(str, args)],
+                            **{"cwd": REPO, "env": grader_env(), **popen})
 
 
 # ``grader`` runs a command in the test's own process (``main``, as ``python -m grader`` calls
@@ -417,11 +417,12 @@ def judged_with(lesson_name: str, exercise: str, **replacements: object):
 # ------------------------------------------------------------------ workers on a Redis broker
 
 
-def start_worker(broker: str, log: Path, key: Path) -> subprocess.Popen:
+def start_worker(broker: str, log: Path, key: Path, cwd: Path = REPO) -> subprocess.Popen:
     """``python -m grader worker`` on ``broker`` (one submission at a time) with a copy of the
     queue key ``key`` (a course's ``queue.key``, made now if it is not there yet, as the
-    coordinator's first ``autograde --broker`` would), its output in ``log``. A session of
-    its own: ``stop`` kills it with its pool."""
+    coordinator's first ``autograde --broker`` would), its output in ``log``; the grader
+    package in ``cwd`` (another checkout's). A session of its own: ``stop`` kills it with its
+    pool."""
     from grader.grading.distributed import queue_key
 
     queue_key(key, create=True)
@@ -430,7 +431,7 @@ def start_worker(broker: str, log: Path, key: Path) -> subprocess.Popen:
     copy_of.chmod(0o600)
     return grader_process("worker", "--broker", broker, "--concurrency", "1",
                           "--queue-key", copy_of, stdout=log.open("w"),
-                          stderr=subprocess.STDOUT, start_new_session=True)
+                          stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
 
 
 def stop(worker: subprocess.Popen) -> None:

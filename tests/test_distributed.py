@@ -272,19 +272,30 @@ def test_a_batch_with_no_worker_says_so_with_the_command_then_a_worker_grades_it
     exact command that starts one, says it again while none comes, and waits on. A worker
     given another course's queue key listens on that course's queue: it never takes this
     course's tasks (once, it took them and answered "refused", and two of three students
-    ended needs_review as if forged), and the notice counts it. The queue is bounded
+    ended needs_review as if forged), and the notice counts it. So is a worker with this
+    course's key left on another version of the grader (a machine not upgraded: its sandbox,
+    probes and replies may not be what the coordinator judges). The queue is bounded
     (CTC_QUEUE_WINDOW, 1 here): while none grades, one of the class's two is on it. The
     worker started with the printed command grades the class (the second sent as the first
     is done), and the coordinator says that one answers now."""
     import shlex
 
-    from grader.grading.distributed import make_app, queue_key, queue_name
+    from grader.grading.distributed import grader_version, make_app, queue_key, queue_name
 
     course = course_at(tmp_path, shared_tmp)
     expected = class_of(FLOATS, tmp_path / "class", students=2)
     queue_key(tmp_path / "other-course.key", create=True)
     stranger = start_worker(broker, tmp_path / "stranger.log", tmp_path / "other-course.key")
-    wait_for(lambda: "ready" in (tmp_path / "stranger.log").read_text(), 60, "the stranger")
+    old = tmp_path / "old-checkout"  # the grader as it was before a change to one module
+    shutil.copytree(REPO / "grader", old / "grader",
+                    ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
+    with (old / "grader" / "grading" / "probe.py").open("a") as module:
+        module.write("\n# (as it was before the change)\n")
+    unchanged = start_worker(broker, tmp_path / "old.log", queue_key_of(course), cwd=old)
+    for log in ("stranger.log", "old.log"):
+        wait_for(lambda log=log: "ready" in (tmp_path / log).read_text(), 60, log)
+    [old_version] = re.findall(r"grader version (\w+):", (tmp_path / "old.log").read_text())
+    assert old_version != grader_version()
     log = tmp_path / "coordinator.log"
     coordinator = subprocess.Popen(
         [sys.executable, "-m", "grader", "autograde", FLOATS.name, str(tmp_path / "class"),
@@ -294,10 +305,13 @@ def test_a_batch_with_no_worker_says_so_with_the_command_then_a_worker_grades_it
         stderr=subprocess.STDOUT, text=True)
     worker = None
     try:
-        # said again while none comes; the stranger counted once the coordinator has looked
+        # said again while none comes; the stranger and the old one counted once the
+        # coordinator has looked
         wait_for(lambda: log.read_text().count("no worker has answered") >= 2
                  and "(1 worker(s) answer with another queue key: is their --queue-key this "
-                     "course's queue.key?)" in log.read_text(), 60,
+                     "course's queue.key?) (1 worker(s) of this course run another version of "
+                     f"the grader: install this one (version {grader_version()}) on their "
+                     "machines and start them again)" in log.read_text(), 60,
                  "the coordinator to say twice that no worker of its own answers")
         said = log.read_text()
         assert f"no worker has answered on the broker ({broker})" in said
@@ -320,11 +334,13 @@ def test_a_batch_with_no_worker_says_so_with_the_command_then_a_worker_grades_it
         if worker is not None:
             stop(worker)
         stop(stranger)
+        stop(unchanged)
     said = log.read_text()
     assert "a worker answers now (" in said and "2 graded, 0 needs_review" in said, said
     assert "sending it again" not in said
-    stranger_said = (tmp_path / "stranger.log").read_text()
-    assert "refused task" not in stranger_said and "received" not in stranger_said, stranger_said
+    for other in ("stranger.log", "old.log"):
+        other_said = (tmp_path / other).read_text()
+        assert "refused task" not in other_said and "received" not in other_said, other_said
     grader("export", "--course-dir", course, "--csv", tmp_path / "g.csv")
     got = read_export(tmp_path / "g.csv")
     assert {s: float(r["score"]) for (s, _), r in got.items()} == expected

@@ -28,6 +28,7 @@ for the same notebook (by its hash).
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -82,11 +83,32 @@ def queue_key(path: Path, create: bool = False) -> bytes:
     return key
 
 
-def queue_name(key: bytes) -> str:
-    """The broker's queue of the course whose queue key is ``key``: named for the key (a digest
-    that tells nothing of it), so that a worker given another course's key, or an old one,
-    never takes this course's tasks off the queue (it listens on its own key's queue)."""
+@functools.cache
+def grader_version() -> str:
+    """A digest of the grader's own code (every module of this package): a worker and its
+    coordinator run the same code, or none of the worker's sandbox, probes and replies can be
+    trusted to be what the coordinator judges. 8 hex digits."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        if (path.parent / "__init__.py").exists():  # the package's modules, nothing else
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:8]
+
+
+def course_queue(key: bytes) -> str:
+    """The course's part of its queues' names: named for the key (a digest that tells nothing
+    of it), so that a worker given another course's key, or an old one, never takes this
+    course's tasks off the queue (it listens on its own key's queue)."""
     return "ctc-" + hmac.new(key, b"queue name", hashlib.sha256).hexdigest()[:16]
+
+
+def queue_name(key: bytes) -> str:
+    """The broker's queue of the course whose queue key is ``key``, for workers running this
+    very grader (``grader_version``): a worker left on another version never takes the
+    course's tasks, and the coordinator counts it as such while no worker of its own answers."""
+    return f"{course_queue(key)}-{grader_version()}"
 
 
 def sign(key: bytes, kind: str, task: str, *parts: str) -> str:
@@ -170,6 +192,8 @@ def worker(broker: str, concurrency: int, visibility_timeout: int, key_path: Pat
     app = make_app(broker, visibility_timeout)
     app.conf.ctc_queue_key = queue_key(key_path)
     app.conf.task_default_queue = queue_name(app.conf.ctc_queue_key)
+    print(f"grader version {grader_version()}: this worker takes the tasks of coordinators "
+          "running the same version only", flush=True)
     # A name of its own per worker, also beside others on one machine: the coordinator's look
     # at what the workers hold keeps one answer per name, and would lose the others' tasks.
     app.worker_main(["worker", "--loglevel=INFO", f"--concurrency={concurrency}",
@@ -294,6 +318,7 @@ def grade_on_workers(app: Celery, lesson: Lesson, prepared: Iterable[Prepared], 
     waiting: dict[str, Sent] = {}
     broker = Outage(app, log)
     app.conf.ctc_queue_key = key
+    app.conf.ctc_course_queue, app.conf.ctc_grader_version = course_queue(key), grader_version()
     app.conf.task_default_queue = queue_name(key)
     unsent = iter(prepared)
     last: list[Prepared | None] = []  # the next to send, once taken from ``unsent``

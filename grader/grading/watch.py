@@ -89,16 +89,17 @@ class Watch(threading.Thread):
         self._looks: queue.SimpleQueue[tuple[float, set[str]]] = queue.SimpleQueue()
         self.workers: set[str] = set()  # grows from this thread; read from the coordinator's
         self.others: set[str] = set()  # workers on another course's queue (another key), now
+        self.other_versions: set[str] = set()  # on this course's, another grader's version
 
     def run(self) -> None:
         while not self.stopping.wait(LOOK_SECONDS):
             started = time.monotonic()
             try:
-                found, answered, others = accounted_for(self.app)
+                found, answered, others, other_versions = accounted_for(self.app)
             except Exception:  # the broker did not answer: no look this time
                 continue
             self.workers |= answered
-            self.others = others
+            self.others, self.other_versions = others, other_versions
             self._looks.put((started, found))
 
     def looks(self) -> list[tuple[float, set[str]]]:
@@ -120,6 +121,7 @@ class NoWorker:
 
     def __init__(self, watch: Watch, log: Callable[[str], None], broker: str, command: str):
         self.watch, self.log, self.broker = watch, log, broker
+        self.version = getattr(watch.app.conf, "ctc_grader_version", "")
         self.command = command or "python -m grader worker --broker URL --queue-key FILE"
         self.since = self.last = time.monotonic()
         self.said = False
@@ -138,9 +140,13 @@ class NoWorker:
         if now - self.last < NO_WORKER_SECONDS:
             return
         self.last, self.said = now, True
-        others = len(self.watch.others)
-        elsewhere = (f" ({others} worker(s) answer with another queue key: is their "
-                     "--queue-key this course's queue.key?)" if others else "")
+        others, older = len(self.watch.others), len(self.watch.other_versions)
+        elsewhere = "".join([
+            f" ({others} worker(s) answer with another queue key: is their --queue-key this "
+            "course's queue.key?)" if others else "",
+            f" ({older} worker(s) of this course run another version of the grader: install "
+            f"this one (version {self.version}) on their machines and start them again)"
+            if older else ""])
         self.log(f"no worker has answered on the broker ({self.broker}) in "
                  f"{now - self.since:.0f} s: none runs, or none can reach it{elsewhere}. Start "
                  "one on each grading machine (with a copy of the course's queue key):\n  "
@@ -148,18 +154,23 @@ class NoWorker:
                  "from where it stopped)")
 
 
-def accounted_for(app: Celery) -> tuple[set[str], set[str], set[str]]:
+def accounted_for(app: Celery) -> tuple[set[str], set[str], set[str], set[str]]:
     """The task ids on the queue or held by a worker that answers (a submission whose task is
     in neither was taken by a worker that died); the names of the workers that answered on
-    this course's queue, and of those on another's (a worker with another queue key)."""
+    this course's queue, of those on another course's (a worker with another queue key), and
+    of those on this course's for another version of the grader."""
     found: set[str] = set()
     inspect = app.control.inspect(timeout=1.0)
     ours = app.conf.task_default_queue
-    queues = {str(worker): {q.get("name") for q in listed or [] if isinstance(q, dict)}
+    course = getattr(app.conf, "ctc_course_queue", ours)
+    queues = {str(worker): {str(q.get("name")) for q in listed or [] if isinstance(q, dict)}
               for worker, listed in (inspect.active_queues() or {}).items()}
     answered = {worker for worker, names in queues.items() if ours in names}
+    other_versions = {worker for worker, names in queues.items() if worker not in answered
+                      and any(n == course or n.startswith(course + "-") for n in names)}
     others = {worker for worker, names in queues.items()
-              if ours not in names and any(str(n).startswith("ctc-") for n in names)}
+              if worker not in answered | other_versions
+              and any(n.startswith("ctc-") for n in names)}
     for method in (inspect.active, inspect.reserved, inspect.scheduled):
         for tasks in (method() or {}).values():
             for task in tasks:
@@ -170,4 +181,4 @@ def accounted_for(app: Celery) -> tuple[set[str], set[str], set[str]]:
             found.add(json.loads(raw)["headers"]["id"])
         except (ValueError, KeyError, TypeError):
             continue
-    return found, answered, others
+    return found, answered, others, other_versions
