@@ -101,15 +101,17 @@ def plan_html(plan: dict, gpu_name: str, gpu_bytes: float) -> str:
     else:
         threshold = (f" It hides from {plan['min_tokens_to_hide']:,.0f} tokens per "
                      f"micro-batch; this run has {plan['tokens_per_microbatch']:,}.")
-    column = '<div style="width:400px">'
+    column = '<div style="width:390px">'
     return (
         '<div class="ctc-plan" style="font-size:14px;line-height:1.4">'
-        f'<p data-gpus="{plan["gpus"]}" style="margin:0 0 6px 0"><b>{plan["gpus"]:,} GPUs</b> '
-        f'in {plan["nodes"]:,} node(s); {plan["n_params"] / 1e9:,.1f} billion parameters; '
+        f'<p data-gpus="{plan["gpus"]}" style="margin:0 0 6px 0"><b>{plan["gpus"]:,} '
+        f'GPU{"s" if plan["gpus"] != 1 else ""}</b> in {plan["nodes"]:,} '
+        f'node{"s" if plan["nodes"] != 1 else ""}; {plan["n_params"] / 1e9:,.1f} billion '
+        'parameters; '
         f'{plan["tokens_per_step"]:,} tokens per step</p>'
         # two columns side by side where the notebook is wide enough: memory and the
         # step, then the traffic and whether it hides
-        '<div style="display:flex;flex-wrap:wrap;align-items:flex-start;gap:0 20px">'
+        '<div style="display:flex;flex-wrap:wrap;align-items:flex-start;gap:0 16px">'
         + column + '<table style="border-collapse:collapse;width:100%">' + "".join(rows)
         + f'<tr data-part="total"><td><b>one GPU holds</b></td><td style="text-align:right" '
         f'data-bytes="{total}"><b>{_gb(total)}</b></td></tr></table>'
@@ -123,7 +125,8 @@ def plan_html(plan: dict, gpu_name: str, gpu_bytes: float) -> str:
         f'<b>step {_seconds(plan["step_seconds"])}</b> (compute '
         f'{_seconds(plan["compute_seconds"])} at this MFU).</p></div>'
         + column + '<table style="border-collapse:collapse;width:100%"><tr>'
-        '<th style="text-align:left">traffic per GPU per step</th><th>bytes</th><th>link</th>'
+        '<th style="text-align:left;white-space:nowrap">traffic per GPU per step</th>'
+        '<th>bytes</th><th>link</th>'
         "<th>time</th></tr>" + "".join(wire) + "</table>"
         f'<p data-hidden="{str(plan["hidden"]).lower()}">{hides}{threshold}</p></div></div></div>'
     )
@@ -139,8 +142,8 @@ def parallel_explorer(models: dict, accelerators: dict, node: dict) -> widgets.V
     moves. ``children``: the controls (a box of two columns), then the readout."""
 
     def control(widget: widgets.Widget, name: str) -> widgets.Widget:
-        widget.style = {"description_width": "165px"}
-        widget.layout = widgets.Layout(width="410px")
+        widget.style = {"description_width": "160px"}
+        widget.layout = widgets.Layout(width="390px")
         widget.add_class(f"ctc-{name}")
         if isinstance(widget, widgets.SelectionSlider):  # its readout takes no typing: the
             widget.add_class("ctc-choice-slider")  # lab's style (grader/lab/labextension) says so
@@ -161,8 +164,8 @@ def parallel_explorer(models: dict, accelerators: dict, node: dict) -> widgets.V
                                                ("with the next forward pass", True)],
                                       value=False, description="new weights' all-gather"),
                      "gather")
-    grads = control(widgets.Dropdown(options=[("bf16, held and reduced in 2 bytes", 2),
-                                              ("fp32, held and reduced in 4 bytes", 4)],
+    grads = control(widgets.Dropdown(options=[("bf16, 2 bytes each", 2),
+                                              ("fp32, 4 bytes each", 4)],
                                      value=2, description="gradients"), "grads")
     tp = control(widgets.SelectionSlider(options=[1, 2, 4, 8], value=8,
                                          description="tensor parallel (tp)"), "tp")

@@ -350,6 +350,8 @@ def test_the_readout_says_traffic_first_and_what_it_overlaps() -> None:
     alone = _text(plan_html(plan(1, 1, 1, 0, 1, model=MODELS["Llama 2 7B"]), "H100 SXM",
                             GPU_BYTES))
     assert "Data-parallel traffic: none (one copy)." in alone
+    assert alone.startswith("1 GPU in 1 node; ")  # one of each, not "1 GPUs in 1 node(s)"
+    assert _text(plan_html(plan(), "H100 SXM", GPU_BYTES)).startswith("1,024 GPUs in 128 nodes; ")
 
 
 def test_the_explorer_opens_on_the_tables_last_layout() -> None:
@@ -385,7 +387,7 @@ def test_the_panel_shows_the_plan_of_its_controls() -> None:
     assert expected["step_seconds"] < plan(stage=1, pp=1, checkpointing=True,
                                            bytes_per_grad=4)["step_seconds"]
     # every control's label has the same width, so that they line up
-    assert {w.style.description_width for w in widgets} == {"165px"}
+    assert {w.style.description_width for w in widgets} == {"160px"}
 
 
 # ---------------------------------------------------------------- what lesson 07 says

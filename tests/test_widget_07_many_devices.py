@@ -89,6 +89,9 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(page) -> None:
     view = page.locator(".jp-NotebookPanel:visible .jp-WindowedPanel-outer").bounding_box()
     assert view["y"] - 1 <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"] \
         + 1, (box, view)
+    # (the controls in two columns, side by side, with the file browser open)
+    model, zero = (page.locator(f".ctc-{name}").bounding_box() for name in ("model", "zero"))
+    assert model["y"] == zero["y"] and model["x"] + model["width"] < zero["x"], (model, zero)
 
     first = reference()
     assert shown_total(page) == first["memory_total"]
