@@ -91,9 +91,12 @@ def grader_version() -> str:
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
-        if (path.parent / "__init__.py").exists():  # the package's modules, nothing else
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-            digest.update(path.read_bytes() + b"\0")
+        inner = path.relative_to(root)
+        # the package's modules only: every folder down to the file a package (not, say, a
+        # Python file of a build tool under the lab extension's node_modules)
+        if all((root.joinpath(*inner.parts[:depth]) / "__init__.py").exists()
+               for depth in range(len(inner.parts))):
+            digest.update(inner.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:8]
 
 
