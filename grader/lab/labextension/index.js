@@ -161,11 +161,30 @@ class ValidateButton extends ToolbarButton {
   }
 }
 
+// The keys a focused dropdown (an HTML select) answers without being opened.
+const SELECT_KEYS = new Set(['ArrowUp', 'ArrowDown', 'ArrowLeft', 'ArrowRight', 'Home', 'End',
+  'PageUp', 'PageDown']);
+
+// In JupyterLab 4 the notebook's command mode takes the arrow keys of a focused ipywidgets
+// dropdown: ArrowDown selects the next cell and scrolls the explorer away, the dropdown's value
+// unchanged (jupyter-widgets/ipywidgets#3912, open). Caught on its way down to the dropdown,
+// such a key goes no further as an event, so no shortcut sees it, and the browser still
+// changes the dropdown's choice (its default action), which the widget then reports.
+function keepSelectKeys(event) {
+  const target = event.target;
+  if (target instanceof HTMLSelectElement && target.closest('.jupyter-widgets') &&
+      SELECT_KEYS.has(event.key) && !event.altKey && !event.ctrlKey && !event.metaKey) {
+    event.stopPropagation();
+  }
+}
+
 const plugin = {
   id: 'counting-the-cost-validate:button',
-  description: "The course's Validate button in every notebook's toolbar.",
+  description: "The course's Validate button in every notebook's toolbar, and the arrow keys " +
+    "of the explorers' dropdowns kept for them.",
   autoStart: true,
   activate: app => {
+    document.addEventListener('keydown', keepSelectKeys, true);
     app.docRegistry.addWidgetExtension('Notebook', {
       createNew: panel => {
         const button = new ValidateButton(panel);
