@@ -371,6 +371,19 @@ def test_students_see_no_instructor_tools_and_no_news(lab) -> None:
 # where JupyterLab really draws, on the two lessons with the most and the largest figures
 # (03 and 07), by their explorers' tests (tests/test_widget_03_*.py, tests/test_widget_07_*.py),
 # on the page where they ran the instructor version.
+def assert_output_fits_the_view(page, inside):
+    """The output that holds ``inside`` (an explorer's panel), scrolled to its top, fits the
+    notebook's view: in a 1280x720 window a student sees its readout change as a control
+    moves. Returns that output."""
+    whole = page.locator(".jp-OutputArea-output").filter(has=inside)
+    whole.evaluate("e => e.scrollIntoView({block: 'start'})")
+    box = whole.bounding_box()
+    view = page.locator(".jp-NotebookPanel:visible .jp-WindowedPanel-outer").bounding_box()
+    assert view["y"] - 1 <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"] \
+        + 1, (box, view)
+    return whole
+
+
 def assert_every_plot_fits(page, lesson) -> None:
     """Each plot of a notebook run on ``page`` (a 1280×720 window with the file browser open):
     no wider than the output area, and a whole figure on screen."""

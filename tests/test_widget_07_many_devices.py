@@ -18,6 +18,7 @@ from tests.test_browser import (
     CHROMIUM,
     SCREENSHOTS,
     assert_every_plot_fits,
+    assert_output_fits_the_view,
     error_texts,
     run_all,
 )
@@ -81,14 +82,7 @@ def test_every_plot_fits_a_1280_by_720_window(page) -> None:
 def test_moving_the_explorers_controls_shows_the_reference_plan(page) -> None:
     panel = page.locator(".ctc-plan")
     panel.wait_for(timeout=60_000)
-    # In a 1280x720 window the whole panel, its controls and its readout, fits the notebook's
-    # view: a student sees the memory, traffic and step change as a control moves.
-    whole = page.locator(".jp-OutputArea-output").filter(has=panel)
-    whole.evaluate("e => e.scrollIntoView({block: 'start'})")
-    box = whole.bounding_box()
-    view = page.locator(".jp-NotebookPanel:visible .jp-WindowedPanel-outer").bounding_box()
-    assert view["y"] - 1 <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"] \
-        + 1, (box, view)
+    whole = assert_output_fits_the_view(page, panel)  # its controls and readout, at 1280x720
     # (the controls in two columns, side by side, with the file browser open)
     model, zero = (page.locator(f".ctc-{name}").bounding_box() for name in ("model", "zero"))
     assert model["y"] == zero["y"] and model["x"] + model["width"] < zero["x"], (model, zero)

@@ -14,7 +14,13 @@ import pytest
 
 from grader.content.lessons import load_lesson
 from solutions.budget_explorer import START_FLOPS, budget_plan
-from tests.test_browser import CHROMIUM, SCREENSHOTS, error_texts, run_all
+from tests.test_browser import (
+    CHROMIUM,
+    SCREENSHOTS,
+    assert_output_fits_the_view,
+    error_texts,
+    run_all,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("widget-10"),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium "
@@ -62,14 +68,7 @@ def test_moving_the_explorers_controls_shows_the_reference_plan(lab) -> None:
     assert [e for e in error_texts(page) if "Traceback" in e or "Error" in e] == []
     panel = page.locator(".ctc-budget-plan")
     panel.wait_for(timeout=60_000)
-    # In a 1280x720 window the whole panel, its controls and its plan, fits the notebook's
-    # view: a student sees the plan change as a control moves.
-    whole = page.locator(".jp-OutputArea-output").filter(has=panel)
-    whole.evaluate("e => e.scrollIntoView({block: 'start'})")
-    box = whole.bounding_box()
-    view = page.locator(".jp-NotebookPanel:visible .jp-WindowedPanel-outer").bounding_box()
-    assert view["y"] - 1 <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"] \
-        + 1, (box, view)
+    whole = assert_output_fits_the_view(page, panel)  # its controls and plan, at 1280x720
 
     # The first settings: Chinchilla's budget, Hoffmann et al.'s fit, no inference, $2, 0.4 kg
     first = budget_plan(START_FLOPS, FITS[HOFFMANN], 0.0, 2.0, 0.4, H100)
